@@ -1,0 +1,35 @@
+// Element-wise reduction loops used by every all-reduce algorithm, torch-free.
+//
+// All entry points take untyped pointers plus (DType, ReduceOp); the switch over
+// both lives in reduce_kernels.cpp alone. float16 and bfloat16 are widened to
+// float32, combined there, and rounded once at the end. Every rank that computes
+// a value combines its inputs in the same order, which keeps results bitwise
+// identical across ranks.
+#pragma once
+
+#include <cstddef>
+
+#include "dtypes.h"
+
+namespace pycomm::core {
+
+// out[i] = finish(srcs[0][i] (op) srcs[1][i] (op) ... srcs[nsrc-1][i]), combined
+// left to right. `divisor` is used by kAvg only. `out` must not alias `srcs`.
+void reduce_sources(DType dtype, ReduceOp op, void* out, const void* const* srcs, int nsrc,
+                    size_t n, int divisor);
+
+// Ring steps. Partials travel in the accumulation type (float32 for half types).
+// first:  acc_out = widen(local)
+void ring_first(DType dtype, const void* local, void* acc_out, size_t n);
+// middle: acc_out = partial (op) widen(local)
+void ring_middle(DType dtype, ReduceOp op, const void* partial, const void* local, void* acc_out,
+                 size_t n);
+// last:   out = out2 = finish(partial (op) widen(local)); out2 may be null.
+void ring_last(DType dtype, ReduceOp op, const void* partial, const void* local, void* out,
+               void* out2, size_t n, int divisor);
+
+// Copy n bytes; uses streaming stores for large, aligned copies whose
+// destination will not be read again soon (backups).
+void copy_streaming(void* dst, const void* src, size_t n);
+
+}  // namespace pycomm::core

@@ -1,0 +1,312 @@
+#include "shm_transport.h"
+
+#include <errno.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+
+#include "errors.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define PYCOMM_CPU_RELAX() _mm_pause()
+#elif defined(__aarch64__)
+#define PYCOMM_CPU_RELAX() asm volatile("yield" ::: "memory")
+#else
+#define PYCOMM_CPU_RELAX() ((void)0)
+#endif
+
+namespace pycomm::core {
+namespace {
+
+static_assert(sizeof(std::atomic<uint64_t>) == 8, "counters must be plain 64-bit words");
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "futexes wait on the low 32 bits of a 64-bit counter");
+
+uint32_t* low_word(const std::atomic<uint64_t>& w) {
+  return reinterpret_cast<uint32_t*>(const_cast<std::atomic<uint64_t>*>(&w));
+}
+
+void futex_wait(uint32_t* addr, uint32_t expected, uint64_t timeout_ns) {
+  struct timespec ts;
+  ts.tv_sec = time_t(timeout_ns / 1000000000ull);
+  ts.tv_nsec = long(timeout_ns % 1000000000ull);
+  // Not FUTEX_PRIVATE: the word is shared between processes.
+  syscall(SYS_futex, addr, FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+void futex_wake_all(uint32_t* addr) { syscall(SYS_futex, addr, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0); }
+
+constexpr uint64_t kSleepSliceNs = 2'000'000;    // re-check abort, deadline and peers this often
+constexpr uint64_t kLivenessEveryNs = 1'000'000;  // ask the kernel about peers at most this often
+
+SegmentLayout layout_for(int world, const TransportConfig& c) {
+  SegmentLayout l;
+  l.world = uint32_t(world);
+  l.direct_bytes = align_up(c.direct_bytes, 64);
+  l.ring_buffer_bytes = align_up(c.ring_buffer_bytes, 64);
+  l.ring_buffers = c.ring_buffers;
+  return l;
+}
+
+void check_config(int rank, int world, const TransportConfig& c) {
+  if (world < 1) throw InvalidArgument("world size must be at least 1");
+  if (rank < 0 || rank >= world) throw InvalidArgument("rank out of range");
+  // Two buffers at least: with one, a rank that holds its predecessor's buffer
+  // while it waits for its own to drain would wait around the whole ring.
+  if (c.ring_buffers < 2) throw InvalidArgument("ring_buffers must be at least 2");
+  if (c.ring_buffer_bytes < 64 || c.direct_bytes < 64)
+    throw InvalidArgument("buffer sizes must be at least 64 bytes");
+}
+
+}  // namespace
+
+uint64_t monotonic_ns() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+std::unique_ptr<ShmTransport> ShmTransport::create(int rank, int world, const std::string& name,
+                                                   const TransportConfig& config) {
+  check_config(rank, world, config);
+  SegmentLayout layout = layout_for(world, config);
+  ShmSegment seg = ShmSegment::create(name, layout.total_bytes());
+  // posix_fallocate zero-filled the pages: every counter starts at 0.
+  Header* h = static_cast<Header*>(seg.data());
+  h->version = kLayoutVersion;
+  h->world = uint32_t(world);
+  h->direct_bytes = layout.direct_bytes;
+  h->ring_buffer_bytes = layout.ring_buffer_bytes;
+  h->ring_buffers = layout.ring_buffers;
+  h->total_bytes = layout.total_bytes();
+  std::atomic_thread_fence(std::memory_order_release);
+  h->magic = kSegmentMagic;
+  return std::unique_ptr<ShmTransport>(new ShmTransport(rank, world, std::move(seg), config));
+}
+
+std::unique_ptr<ShmTransport> ShmTransport::attach(int rank, int world, const std::string& name,
+                                                   const TransportConfig& config) {
+  if (rank < 0 || rank >= world) throw InvalidArgument("rank out of range");
+  ShmSegment seg = ShmSegment::open(name);
+  const Header* h = static_cast<const Header*>(seg.data());
+  // The creator wrote the header before it shared the name through the store.
+  if (seg.size() < sizeof(Header) || h->magic != kSegmentMagic || h->version != kLayoutVersion ||
+      h->world != uint32_t(world) || h->total_bytes != seg.size()) {
+    throw CommError("pycomm: shared memory " + name +
+                    " is not a pycomm segment for this world size (a stale or foreign segment?)");
+  }
+  TransportConfig c = config;
+  c.direct_bytes = h->direct_bytes;
+  c.ring_buffer_bytes = h->ring_buffer_bytes;
+  c.ring_buffers = h->ring_buffers;
+  return std::unique_ptr<ShmTransport>(new ShmTransport(rank, world, std::move(seg), c));
+}
+
+ShmTransport::ShmTransport(int rank, int world, ShmSegment segment, const TransportConfig& config)
+    : rank_(rank),
+      world_(world),
+      next_((rank + 1) % world),
+      prev_((rank + world - 1) % world),
+      segment_(std::move(segment)),
+      layout_(layout_for(world, config)),
+      config_(config) {
+  control(rank_).own.pid.store(int32_t(getpid()), std::memory_order_release);
+  header().attached.fetch_add(1, std::memory_order_acq_rel);
+}
+
+ShmTransport::~ShmTransport() = default;
+
+void ShmTransport::start() {
+  if (header().attached.load(std::memory_order_acquire) != uint32_t(world_)) {
+    throw CommError("pycomm: not every rank attached to the shared memory segment");
+  }
+  std::vector<pid_t> pids(static_cast<size_t>(world_));
+  for (int r = 0; r < world_; ++r) pids[size_t(r)] = pid_t(control(r).own.pid.load(std::memory_order_acquire));
+  watch_.watch(pids, getpid());
+}
+
+void ShmTransport::begin(const char* what) {
+  what_ = what;
+  if (aborted()) fail_aborted();
+  deadline_ns_ = monotonic_ns() + uint64_t(config_.timeout_s * 1e9);
+}
+
+void ShmTransport::handshake(const Fingerprint& fp) {
+  const uint64_t seq = arrived_ + 1;
+  OwnerLine& me = control(rank_).own;
+  me.fingerprint[seq & 1] = fp;
+  arrived_ = seq;
+  publish(me.arrived, seq, rank_);
+  for (int r = 0; r < world_; ++r) {
+    if (r != rank_) wait_at_least(control(r).own.arrived, seq, r, r, "to enter");
+  }
+  // A rank that stalled past its peers' deadline learns of it here, before it
+  // reads anything they published.
+  if (aborted()) fail_aborted();
+
+  // Every rank reads the same fingerprints, so every rank raises the same error.
+  bool same = true;
+  const Fingerprint& first = control(0).own.fingerprint[seq & 1];
+  for (int r = 1; r < world_ && same; ++r) same = control(r).own.fingerprint[seq & 1] == first;
+  if (same) return;
+  std::ostringstream os;
+  os << "pycomm: collective #" << seq << " does not match across ranks";
+  for (int r = 1; r < world_; ++r) {
+    const Fingerprint& f = control(r).own.fingerprint[seq & 1];
+    if (f != first) {
+      os << " (" << first_difference(first, f) << " differs on rank " << r << ")";
+      break;
+    }
+  }
+  os << ":";
+  for (int r = 0; r < world_; ++r) {
+    os << (r ? "," : "") << " rank " << r << " called " << describe(control(r).own.fingerprint[seq & 1]);
+  }
+  throw CollectiveMismatch(os.str());
+}
+
+void* ShmTransport::send_buffer() {
+  // Buffer sent_ % n is free once rank+1 has read message sent_ - n.
+  const uint64_t n = layout_.ring_buffers;
+  if (sent_ >= n) wait_at_least(control(rank_).ack.acked, sent_ - n + 1, rank_, next_, "to read a ring buffer");
+  return at(layout_.ring_offset(rank_, sent_));
+}
+
+void ShmTransport::send_commit() {
+  ++sent_;
+  publish(control(rank_).own.sent, sent_, rank_);
+}
+
+const void* ShmTransport::recv_buffer() {
+  wait_at_least(control(prev_).own.sent, received_ + 1, prev_, prev_, "to send ring data");
+  return at(layout_.ring_offset(prev_, received_));
+}
+
+void ShmTransport::recv_commit() {
+  ++received_;
+  publish(control(prev_).ack.acked, received_, prev_);
+}
+
+void ShmTransport::publish(std::atomic<uint64_t>& word, uint64_t value, int owner) {
+  // seq_cst store then seq_cst load: either this rank sees the sleeper, or the
+  // sleeper's re-check (also seq_cst) sees the new value. No lost wake-up.
+  word.store(value, std::memory_order_seq_cst);
+  if (control(owner).sleep.sleepers.load(std::memory_order_seq_cst) != 0) futex_wake_all(low_word(word));
+}
+
+void ShmTransport::wait_at_least(const std::atomic<uint64_t>& word, uint64_t target, int owner,
+                                 int peer, const char* waiting_for) {
+  if (word.load(std::memory_order_acquire) >= target) return;
+  const uint64_t start = monotonic_ns();
+  const uint64_t spin_end = start + uint64_t(config_.spin_us * 1e3);
+  const uint64_t yield_end = spin_end + uint64_t(config_.yield_us * 1e3);
+  uint64_t now = start;
+  while (now < spin_end) {
+    for (int i = 0; i < 64; ++i) {
+      if (word.load(std::memory_order_acquire) >= target) return;
+      PYCOMM_CPU_RELAX();
+    }
+    now = monotonic_ns();
+  }
+  uint64_t next_liveness = now;
+  std::atomic<uint32_t>& sleepers = control(owner).sleep.sleepers;
+  for (;;) {
+    if (word.load(std::memory_order_acquire) >= target) return;
+    now = monotonic_ns();
+    if (aborted()) fail_aborted();
+    if (now >= next_liveness) {
+      int dead = watch_.first_dead();
+      if (dead >= 0) fail_dead(dead);
+      next_liveness = now + kLivenessEveryNs;
+    }
+    if (now >= deadline_ns_) fail_timeout(peer, waiting_for);
+    if (now < yield_end) {
+      sched_yield();
+      continue;
+    }
+    sleepers.fetch_add(1, std::memory_order_seq_cst);
+    const uint64_t seen = word.load(std::memory_order_seq_cst);
+    if (seen < target) {
+      futex_wait(low_word(word), uint32_t(seen), std::min(kSleepSliceNs, deadline_ns_ - now));
+    }
+    sleepers.fetch_sub(1, std::memory_order_seq_cst);
+  }
+}
+
+bool ShmTransport::aborted() const {
+  return header().abort_state.load(std::memory_order_acquire) != uint32_t(AbortState::kHealthy);
+}
+
+std::string ShmTransport::where() const {
+  std::ostringstream os;
+  os << what_ << " #" << arrived_ << " on rank " << rank_;
+  return os.str();
+}
+
+std::string ShmTransport::abort(const std::string& reason) {
+  Header& h = header();
+  uint32_t expected = uint32_t(AbortState::kHealthy);
+  if (h.abort_state.compare_exchange_strong(expected, uint32_t(AbortState::kWriting),
+                                            std::memory_order_acq_rel)) {
+    h.abort_by = rank_;
+    std::snprintf(h.abort_reason, sizeof(h.abort_reason), "%s", reason.c_str());
+    h.abort_state.store(uint32_t(AbortState::kAborted), std::memory_order_release);
+    // Wake every sleeper so each sees the abort now, not at its next slice.
+    for (int r = 0; r < world_; ++r) {
+      futex_wake_all(low_word(control(r).own.arrived));
+      futex_wake_all(low_word(control(r).own.sent));
+      futex_wake_all(low_word(control(r).ack.acked));
+    }
+  }
+  return reason;
+}
+
+void ShmTransport::fail_aborted() const {
+  Header& h = header();
+  // The aborting rank fills the reason between kWriting and kAborted.
+  const uint64_t give_up = monotonic_ns() + 100'000'000;
+  while (h.abort_state.load(std::memory_order_acquire) != uint32_t(AbortState::kAborted) &&
+         monotonic_ns() < give_up) {
+    sched_yield();
+  }
+  std::ostringstream os;
+  os << "pycomm: " << what_ << " on rank " << rank_ << " failed: the communicator was aborted by rank "
+     << h.abort_by << ": " << h.abort_reason;
+  throw CommTimeout(os.str());
+}
+
+void ShmTransport::fail_dead(int peer) {
+  std::ostringstream os;
+  os << "pycomm: rank " << peer << " (pid " << watch_.pid_of(peer) << ") exited during " << where();
+  throw CommTimeout(abort(os.str()));
+}
+
+void ShmTransport::fail_timeout(int peer, const char* waiting_for) {
+  // Name the ranks that never entered this collective; if all did, the one this
+  // rank was waiting on.
+  std::ostringstream missing;
+  int count = 0;
+  for (int r = 0; r < world_; ++r) {
+    const uint64_t a = control(r).own.arrived.load(std::memory_order_acquire);
+    if (r != rank_ && a < arrived_) {
+      missing << (count++ ? ", " : "") << "rank " << r << " (it entered #" << a << ")";
+    }
+  }
+  std::ostringstream os;
+  os << "pycomm: " << where() << " timed out after " << config_.timeout_s << " s: ";
+  if (count) {
+    os << "still waiting for " << missing.str() << " to enter";
+  } else {
+    os << "still waiting for rank " << peer << " " << waiting_for;
+  }
+  throw CommTimeout(abort(os.str()));
+}
+
+}  // namespace pycomm::core

@@ -1,0 +1,91 @@
+"""Builds pycomm's native extension, pycomm._C.
+
+The CPU sources are always built. The CUDA sources are built when a CUDA
+toolkit is found, with or without a GPU; PYCOMM_CUDA=0 skips them.
+"""
+import glob
+import os
+import re
+import shutil
+import subprocess
+
+from setuptools import find_packages, setup
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+def _is_cuda_home(path):
+    return bool(path) and os.path.isfile(os.path.join(path, "include", "cuda_runtime.h")) and \
+        os.access(os.path.join(path, "bin", "nvcc"), os.X_OK)
+
+
+def find_cuda_home():
+    """The toolkit's real home, also when `nvcc` on the PATH is a wrapper script.
+
+    torch looks at dirname(dirname(which nvcc)), which for a wrapper in
+    /usr/local/bin is /usr/local: wrong. So look inside the wrapper too.
+    """
+    candidates = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        real = os.path.realpath(nvcc)
+        candidates.append(os.path.dirname(os.path.dirname(real)))
+        try:
+            with open(real, "rb") as f:
+                head = f.read(4096)
+            if head.startswith(b"#!"):  # a script: the paths it runs
+                for m in re.finditer(rb"(/[\w./+-]*?)/bin/nvcc", head):
+                    candidates.append(m.group(1).decode())
+        except OSError:
+            pass
+    candidates.append("/usr/local/cuda")
+    candidates.extend(sorted(glob.glob("/usr/local/cuda-*"), reverse=True))
+    for c in candidates:
+        if _is_cuda_home(c):
+            return os.path.realpath(c)
+    return None
+
+
+WITH_CUDA = os.environ.get("PYCOMM_CUDA", "1") != "0"
+if WITH_CUDA:
+    cuda_home = find_cuda_home()
+    if cuda_home:
+        # Must be set before torch.utils.cpp_extension is imported: it reads
+        # CUDA_HOME once, at import.
+        os.environ["CUDA_HOME"] = cuda_home
+    else:
+        WITH_CUDA = False
+
+import torch  # noqa: E402
+from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension  # noqa: E402
+
+if WITH_CUDA and not os.environ.get("TORCH_CUDA_ARCH_LIST"):
+    # With no GPU to ask, build for Ampere and Hopper (A100, H100/H200).
+    if not torch.cuda.is_available():
+        os.environ["TORCH_CUDA_ARCH_LIST"] = "8.0;9.0"
+
+core_sources = sorted(glob.glob("csrc/core/*.cpp"))
+torch_sources = sorted(glob.glob("csrc/torch/*.cpp"))
+cuda_sources = sorted(glob.glob("csrc/cuda/*.cu")) if WITH_CUDA else []
+
+# Built where it runs (from source, like every torch extension): tune for this
+# CPU. PYCOMM_MARCH overrides, e.g. PYCOMM_MARCH=x86-64-v3 for a portable build.
+march = os.environ.get("PYCOMM_MARCH", "native")
+cxx_flags = ["-O3", "-std=c++20", f"-march={march}", "-ffp-contract=off", "-Wall",
+             "-Wno-unknown-pragmas"]
+define_macros = []
+extra = {"cxx": cxx_flags}
+if WITH_CUDA:
+    define_macros.append(("PYCOMM_WITH_CUDA", "1"))
+    extra["nvcc"] = ["-O3", "-std=c++20", "-lineinfo"]
+    ext = CUDAExtension("pycomm._C", core_sources + torch_sources + cuda_sources,
+                        define_macros=define_macros, extra_compile_args=extra)
+else:
+    ext = CppExtension("pycomm._C", core_sources + torch_sources,
+                       define_macros=define_macros, extra_compile_args=extra)
+
+setup(
+    packages=find_packages(include=["pycomm", "pycomm.*"]),
+    ext_modules=[ext],
+    cmdclass={"build_ext": BuildExtension},
+)
