@@ -79,8 +79,10 @@ template <class A>
 inline A wrap_mul(A a, A b) {
   if constexpr (std::is_integral_v<A>) {
     using U = std::make_unsigned_t<A>;
-    // uint8 * uint8 promotes to int; cast back before multiplying again.
-    return A(U(unsigned(U(a)) * unsigned(U(b))));
+    // Types narrower than int promote to (signed) int; multiply them as
+    // unsigned int instead, so no product overflows a signed type.
+    using P = std::conditional_t<(sizeof(A) < sizeof(unsigned)), unsigned, U>;
+    return A(U(P(U(a)) * P(U(b))));
   } else {
     return a * b;
   }

@@ -63,7 +63,7 @@ inline Range subchunk_range(size_t count, int world, int chunk, size_t j, size_t
 
 // What a rank does with one sub-chunk, in order. Every action but the first
 // starts by receiving from rank-1; every action but the last ends by sending to
-// rank+1. 2*(world-1) actions in all.
+// rank+1: 2*world - 1 actions, 2*(world-1) messages each way.
 enum class RingAction {
   kSendLocal,         // widen the local slice and send it
   kReduceSend,        // partial (op) local -> send

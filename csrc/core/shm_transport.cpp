@@ -88,7 +88,14 @@ std::unique_ptr<ShmTransport> ShmTransport::create(int rank, int world, const st
   h->total_bytes = layout.total_bytes();
   std::atomic_thread_fence(std::memory_order_release);
   h->magic = kSegmentMagic;
-  return std::unique_ptr<ShmTransport>(new ShmTransport(rank, world, std::move(seg), config));
+  return std::unique_ptr<ShmTransport>(
+      new ShmTransport(rank, world, std::make_shared<ShmSegment>(std::move(seg)), config));
+}
+
+std::unique_ptr<ShmTransport> ShmTransport::join(int rank, const ShmTransport& creator) {
+  if (rank < 0 || rank >= creator.world_) throw InvalidArgument("rank out of range");
+  return std::unique_ptr<ShmTransport>(
+      new ShmTransport(rank, creator.world_, creator.segment_, creator.config_));
 }
 
 std::unique_ptr<ShmTransport> ShmTransport::attach(int rank, int world, const std::string& name,
@@ -106,10 +113,12 @@ std::unique_ptr<ShmTransport> ShmTransport::attach(int rank, int world, const st
   c.direct_bytes = h->direct_bytes;
   c.ring_buffer_bytes = h->ring_buffer_bytes;
   c.ring_buffers = h->ring_buffers;
-  return std::unique_ptr<ShmTransport>(new ShmTransport(rank, world, std::move(seg), c));
+  return std::unique_ptr<ShmTransport>(
+      new ShmTransport(rank, world, std::make_shared<ShmSegment>(std::move(seg)), c));
 }
 
-ShmTransport::ShmTransport(int rank, int world, ShmSegment segment, const TransportConfig& config)
+ShmTransport::ShmTransport(int rank, int world, std::shared_ptr<ShmSegment> segment,
+                           const TransportConfig& config)
     : rank_(rank),
       world_(world),
       next_((rank + 1) % world),

@@ -48,16 +48,20 @@ class ShmTransport {
                                               const TransportConfig& config);
   static std::unique_ptr<ShmTransport> attach(int rank, int world, const std::string& name,
                                               const TransportConfig& config);
+  // Another rank in this process, sharing `creator`'s mapping. Native tests run
+  // ranks as threads this way, so ThreadSanitizer sees every rank's accesses
+  // at the same addresses.
+  static std::unique_ptr<ShmTransport> join(int rank, const ShmTransport& creator);
   ~ShmTransport();
 
   // Reads every rank's pid and starts watching the peers. Fails if a rank has
   // not attached.
   void start();
-  void unlink_name() { segment_.unlink(); }
+  void unlink_name() { segment_->unlink(); }
 
   int rank() const { return rank_; }
   int world() const { return world_; }
-  const std::string& name() const { return segment_.name(); }
+  const std::string& name() const { return segment_->name(); }
   size_t direct_bytes() const { return layout_.direct_bytes; }
   size_t ring_buffer_bytes() const { return layout_.ring_buffer_bytes; }
   const TransportConfig& config() const { return config_; }
@@ -88,13 +92,14 @@ class ShmTransport {
   bool aborted() const;
 
  private:
-  ShmTransport(int rank, int world, ShmSegment segment, const TransportConfig& config);
+  ShmTransport(int rank, int world, std::shared_ptr<ShmSegment> segment,
+               const TransportConfig& config);
 
-  Header& header() const { return *static_cast<Header*>(segment_.data()); }
+  Header& header() const { return *static_cast<Header*>(segment_->data()); }
   RankControl& control(int r) const {
     return reinterpret_cast<RankControl*>(at(layout_.control_offset()))[r];
   }
-  char* at(size_t offset) const { return static_cast<char*>(segment_.data()) + offset; }
+  char* at(size_t offset) const { return static_cast<char*>(segment_->data()) + offset; }
 
   void publish(std::atomic<uint64_t>& word, uint64_t value, int owner);
   void wait_at_least(const std::atomic<uint64_t>& word, uint64_t target, int owner, int peer,
@@ -108,7 +113,7 @@ class ShmTransport {
   int world_;
   int next_;
   int prev_;
-  ShmSegment segment_;
+  std::shared_ptr<ShmSegment> segment_;
   SegmentLayout layout_;
   TransportConfig config_;
   PeerWatch watch_;

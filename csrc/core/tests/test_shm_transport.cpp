@@ -1,0 +1,311 @@
+// The shared-memory transport and the all-reduce algorithms, with ranks run as
+// threads that share one mapping (so ThreadSanitizer sees every access).
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <thread>
+
+#include "../allreduce.h"
+#include "../errors.h"
+#include "../half_convert.h"
+#include "check.h"
+
+using namespace pycomm::core;
+
+namespace {
+
+struct World {
+  std::vector<std::unique_ptr<ShmTransport>> ranks;
+
+  World(int world, TransportConfig config) {
+    ranks.push_back(ShmTransport::create(0, world, new_segment_name(), config));
+    for (int r = 1; r < world; ++r) ranks.push_back(ShmTransport::join(r, *ranks[0]));
+    ranks[0]->unlink_name();
+    for (auto& t : ranks) t->start();
+  }
+
+  // Runs fn(rank) on one thread per rank; returns what each threw, if anything.
+  std::vector<std::string> run(const std::function<void(int)>& fn) {
+    std::vector<std::string> errors(ranks.size());
+    std::vector<std::thread> threads;
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      threads.emplace_back([&, r] {
+        try {
+          fn(int(r));
+        } catch (const CollectiveMismatch& e) {
+          errors[r] = std::string("mismatch: ") + e.what();
+        } catch (const CommTimeout& e) {
+          errors[r] = std::string("timeout: ") + e.what();
+        } catch (const std::exception& e) {
+          errors[r] = std::string("other: ") + e.what();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    return errors;
+  }
+};
+
+TransportConfig small_buffers() {
+  TransportConfig c;
+  // Tiny buffers force many pieces and sub-chunks, and so every code path.
+  c.direct_bytes = 256;
+  c.ring_buffer_bytes = 320;
+  c.ring_buffers = 2;
+  c.timeout_s = 20;
+  c.spin_us = 2;
+  c.yield_us = 20;
+  return c;
+}
+
+// Small integers keep every sum, product and average exact in every dtype.
+double input_value(int rank, size_t i, ReduceOp op) {
+  if (op == ReduceOp::kProduct) return double((1 + (rank + i) % 2) * ((i % 3) ? 1 : -1));
+  return double(int((i * 7 + size_t(rank) * 13) % 9) - 4);
+}
+
+template <class T>
+T from_double(double x) {
+  if constexpr (std::is_same_v<T, Half>) {
+    return to_half(float(x));
+  } else if constexpr (std::is_same_v<T, BFloat16>) {
+    return to_bfloat16(float(x));
+  } else if constexpr (std::is_same_v<T, float>) {
+    return float(x);
+  } else if constexpr (std::is_integral_v<T>) {
+    return T(int64_t(x));  // negative values wrap for unsigned types, as in torch
+  } else {
+    return T(x);
+  }
+}
+
+template <class T>
+void fill(std::vector<T>& v, int rank, ReduceOp op) {
+  for (size_t i = 0; i < v.size(); ++i) v[i] = from_double<T>(input_value(rank, i, op));
+}
+
+template <class T>
+double as_double(T v) {
+  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+    return double(to_float(v));
+  } else {
+    return double(v);
+  }
+}
+
+// The reference: the inputs as stored in T, combined in double (exact for
+// these small values), then stored in T (integers wrap, as torch's do).
+template <class T>
+double expected_value(int world, size_t i, ReduceOp op) {
+  auto in = [&](int r) { return as_double(from_double<T>(input_value(r, i, op))); };
+  double acc = in(0);
+  for (int r = 1; r < world; ++r) {
+    const double v = in(r);
+    switch (op) {
+      case ReduceOp::kSum:
+      case ReduceOp::kAvg: acc += v; break;
+      case ReduceOp::kProduct: acc *= v; break;
+      case ReduceOp::kMax: acc = std::max(acc, v); break;
+      case ReduceOp::kMin: acc = std::min(acc, v); break;
+    }
+  }
+  return op == ReduceOp::kAvg ? acc / world : acc;
+}
+
+template <class T>
+void check_all_reduce(World& w, DType dtype, ReduceOp op, size_t count, Algorithm algo) {
+  const int world = int(w.ranks.size());
+  std::vector<std::vector<T>> data(world, std::vector<T>(count));
+  for (int r = 0; r < world; ++r) fill(data[r], r, op);
+  std::vector<InputBackup> backups(world);
+  auto errors = w.run([&](int r) {
+    AllReduceArgs a;
+    a.data = data[r].data();
+    a.count = count;
+    a.dtype = dtype;
+    a.op = op;
+    a.algorithm = algo;
+    all_reduce(*w.ranks[r], a, AllReduceTuning{}, backups[r]);
+  });
+  for (const auto& e : errors) CHECK(e.empty());
+  int bad = 0;
+  for (size_t i = 0; i < count && bad < 3; ++i) {
+    const double want = as_double(from_double<T>(expected_value<T>(world, i, op)));
+    if (as_double(data[0][i]) != want) {
+      std::fprintf(stderr, "  dtype %s op %s count %zu world %d algo %s: [%zu] = %g, want %g\n",
+                   dtype_name(dtype), op_name(op), count, world, algorithm_name(uint32_t(algo)), i,
+                   as_double(data[0][i]), want);
+      ++bad;
+    }
+  }
+  CHECK_EQ(bad, 0);
+  for (int r = 1; r < world; ++r) {
+    CHECK(std::memcmp(data[0].data(), data[r].data(), count * sizeof(T)) == 0);
+  }
+}
+
+const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin,
+                         ReduceOp::kProduct};
+
+}  // namespace
+
+TEST(all_reduce_matches_reference_for_every_world_dtype_op) {
+  for (int world = 1; world <= 4; ++world) {
+    World w(world, small_buffers());
+    for (Algorithm algo : {Algorithm::kDirect, Algorithm::kRing}) {
+      for (size_t count : {0ul, 1ul, 7ul, 250ul, 1023ul}) {
+        for (ReduceOp op : kOps) {
+          check_all_reduce<float>(w, DType::kFloat32, op, count, algo);
+          check_all_reduce<double>(w, DType::kFloat64, op, count, algo);
+          check_all_reduce<Half>(w, DType::kFloat16, op, count, algo);
+          check_all_reduce<BFloat16>(w, DType::kBFloat16, op, count, algo);
+          if (op != ReduceOp::kAvg) {
+            check_all_reduce<int8_t>(w, DType::kInt8, op, count, algo);
+            check_all_reduce<uint8_t>(w, DType::kUInt8, op, count, algo);
+            check_all_reduce<int32_t>(w, DType::kInt32, op, count, algo);
+            check_all_reduce<int64_t>(w, DType::kInt64, op, count, algo);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(mismatched_counts_raise_on_every_rank_and_leave_inputs) {
+  for (Algorithm algo : {Algorithm::kDirect, Algorithm::kRing}) {
+    World w(3, small_buffers());
+    std::vector<std::vector<float>> data = {std::vector<float>(100, 1.f), std::vector<float>(100, 2.f),
+                                            std::vector<float>(4000, 3.f)};
+    std::vector<InputBackup> backups(3);
+    auto errors = w.run([&](int r) {
+      AllReduceArgs a;
+      a.data = data[r].data();
+      a.count = data[r].size();
+      a.algorithm = algo;
+      all_reduce(*w.ranks[r], a, AllReduceTuning{}, backups[r]);
+    });
+    for (int r = 0; r < 3; ++r) {
+      CHECK(errors[r].rfind("mismatch: ", 0) == 0);
+      CHECK(errors[r].find("count differs on rank 2") != std::string::npos);
+      for (float v : data[r]) CHECK(v == float(r + 1));
+    }
+    // The communicator stays usable after a mismatch.
+    check_all_reduce<float>(w, DType::kFloat32, ReduceOp::kSum, 1000, algo);
+  }
+}
+
+TEST(mismatched_dtype_and_collective_kind) {
+  World w(2, small_buffers());
+  std::vector<float> f(10, 1.f);
+  std::vector<int32_t> i(10, 1);
+  std::vector<InputBackup> backups(2);
+  auto errors = w.run([&](int r) {
+    AllReduceArgs a;
+    a.data = r == 0 ? static_cast<void*>(f.data()) : static_cast<void*>(i.data());
+    a.count = 10;
+    a.dtype = r == 0 ? DType::kFloat32 : DType::kInt32;
+    all_reduce(*w.ranks[r], a, AllReduceTuning{}, backups[r]);
+  });
+  for (const auto& e : errors) CHECK(e.find("dtype differs on rank 1") != std::string::npos);
+  errors = w.run([&](int r) {
+    if (r == 0) {
+      barrier(*w.ranks[r]);
+    } else {
+      AllReduceArgs a;
+      a.data = f.data();
+      a.count = 10;
+      all_reduce(*w.ranks[r], a, AllReduceTuning{}, backups[r]);
+    }
+  });
+  for (const auto& e : errors) CHECK(e.find("collective differs on rank 1") != std::string::npos);
+}
+
+TEST(absent_rank_times_out_names_it_and_aborts_for_everyone) {
+  TransportConfig c = small_buffers();
+  c.timeout_s = 0.3;
+  World w(3, c);
+  std::vector<std::vector<float>> data(3, std::vector<float>(5000, 1.f));
+  std::vector<InputBackup> backups(3);
+  const uint64_t t0 = monotonic_ns();
+  auto errors = w.run([&](int r) {
+    if (r == 2) return;  // never arrives
+    AllReduceArgs a;
+    a.data = data[r].data();
+    a.count = data[r].size();
+    all_reduce(*w.ranks[r], a, AllReduceTuning{}, backups[r]);
+  });
+  const double elapsed = double(monotonic_ns() - t0) * 1e-9;
+  CHECK(elapsed >= 0.3 && elapsed < 0.6);
+  for (int r = 0; r < 2; ++r) {
+    CHECK(errors[r].rfind("timeout: ", 0) == 0);
+    CHECK(errors[r].find("rank 2") != std::string::npos);
+    for (float v : data[r]) CHECK(v == 1.f);  // restored or never touched
+  }
+  // The late rank gets an error too, at once, rather than reading stale data.
+  errors = w.run([&](int r) {
+    if (r == 2) barrier(*w.ranks[2]);
+  });
+  CHECK(errors[2].find("aborted by rank") != std::string::npos);
+}
+
+TEST(ring_failure_midway_restores_the_input) {
+  // Rank 1 runs a smaller collective than it claims... not possible through the
+  // API; instead rank 1 stops after a few ring messages by running a ring
+  // collective of the same shape whose peer vanishes: emulate by letting rank 1
+  // take part in the handshake only.
+  TransportConfig c = small_buffers();
+  c.timeout_s = 0.3;
+  World w(2, c);
+  std::vector<float> data(20000);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = float(i % 17);
+  const std::vector<float> original = data;
+  InputBackup backup;
+  auto errors = w.run([&](int r) {
+    AllReduceArgs a;
+    a.data = data.data();
+    a.count = data.size();
+    a.algorithm = Algorithm::kRing;
+    if (r == 0) {
+      all_reduce(*w.ranks[0], a, AllReduceTuning{}, backup);
+    } else {
+      // Enter the same collective, pass two ring messages through, then stall.
+      w.ranks[1]->begin("all_reduce");
+      Fingerprint fp;
+      fp.kind = uint32_t(CollectiveKind::kAllReduce);
+      fp.count = a.count;
+      fp.dtype = uint32_t(a.dtype);
+      fp.op = uint32_t(a.op);
+      fp.algorithm = uint32_t(Algorithm::kRing);
+      w.ranks[1]->handshake(fp);
+      for (int m = 0; m < 2; ++m) {
+        std::memset(w.ranks[1]->send_buffer(), 0, w.ranks[1]->ring_buffer_bytes());
+        w.ranks[1]->send_commit();
+        w.ranks[1]->recv_buffer();
+        w.ranks[1]->recv_commit();
+      }
+    }
+  });
+  CHECK(errors[0].rfind("timeout: ", 0) == 0);
+  CHECK(std::memcmp(data.data(), original.data(), data.size() * sizeof(float)) == 0);
+}
+
+TEST(many_back_to_back_collectives_stay_in_step) {
+  World w(3, small_buffers());
+  std::vector<std::vector<int64_t>> data(3, std::vector<int64_t>(300));
+  std::vector<InputBackup> backups(3);
+  auto errors = w.run([&](int r) {
+    for (int it = 0; it < 300; ++it) {
+      for (auto& v : data[r]) v = r + it;
+      AllReduceArgs a;
+      a.data = data[r].data();
+      a.count = size_t(1 + it % 300);
+      a.dtype = DType::kInt64;
+      a.algorithm = it % 2 ? Algorithm::kRing : Algorithm::kDirect;
+      all_reduce(*w.ranks[r], a, AllReduceTuning{}, backups[r]);
+      if (data[r][0] != 3 * it + 3) throw std::runtime_error("wrong sum");
+    }
+  });
+  for (const auto& e : errors) CHECK(e.empty());
+}
+
+TEST_MAIN

@@ -1,0 +1,298 @@
+"""The ``pycomm`` command: predict scaling, run the benchmarks, check an environment or script.
+
+    pycomm predict --preset resnet50-4xa100
+    pycomm predict --gpus 32 --gpus-per-host 8 --interconnect ib --step-compute-s 0.8 --grad-mb 100
+    pycomm predict --gpus 8 --calibrate allreduce.json --backend stock --json
+    pycomm bench allreduce --json out.json        # runs bench/allreduce_perf.py
+    pycomm bench ddp ...                          # runs bench/ddp_resnet50.py
+    pycomm doctor [SCRIPT.py ...]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from . import scaling
+from .scaling import MB, MIB, Cluster, Prediction, Scenario, Sync
+
+__all__ = ["main"]
+
+BENCH_SCRIPTS = {"allreduce": "allreduce_perf.py", "ddp": "ddp_resnet50.py"}
+
+# Free-form options of `predict`, as (flag, dest, type, help). They default to None so that,
+# with --preset, only the ones given override the preset.
+_PREDICT_OPTIONS = (
+    ("--gpus", "gpus", int, "number of GPUs N"),
+    ("--gpus-per-host", "gpus_per_host", int, "GPUs per host (default: all on one host)"),
+    ("--interconnect", "interconnect", str,
+     "link between hosts: " + ", ".join(scaling.INTERCONNECTS) + " (default ib-hdr)"),
+    ("--intra", "intra", str, "link inside a host (default nvlink3)"),
+    ("--step-compute-s", "step_compute_s", float,
+     "one GPU's step with no communication, T_1 (default 0.8, ResNet-50 on an A100)"),
+    ("--grad-mb", "grad_mb", float, "gradient bytes per step in MB (default 102.2, ResNet-50)"),
+    ("--batch", "batch", int, "batch per GPU (default 256)"),
+    ("--epoch-images", "epoch_images", int, "images per epoch (default 800000)"),
+    ("--bucket-mb", "bucket_mb", float, "DDP bucket_cap_mb, MiB (default 25; 0: one bucket)"),
+    ("--overlap", "overlap", float,
+     f"fraction of the all-reduce hidden behind backward (default {scaling.DEFAULT_OVERLAP})"),
+    ("--overhead-s", "overhead_s", float,
+     "per-step non-communication cost when N > 1: stragglers, sync, input (default 0)"),
+    ("--backward-fraction", "backward_fraction", float,
+     "share of the compute step that is backward (default 2/3)"),
+    ("--baseline-gpus", "baseline_gpus", int, "GPUs of the run to compare with (default 1)"),
+    ("--baseline-step-s", "baseline_step_s", float,
+     "step time of that run (default: T_1 when the baseline is 1 GPU)"),
+    ("--alpha-us", "alpha_us", float, "ring-step latency in us (overrides the links)"),
+    ("--bandwidth-GBps", "bandwidth_gbps", float, "ring bandwidth in GB/s (overrides the links)"),
+)
+
+
+def _repo_root() -> Path:
+    """The source tree the package lives in: the benchmarks are in <root>/bench."""
+    return Path(__file__).resolve().parent.parent
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="pycomm", description="pycomm: collectives for PyTorch, "
+                                "and a model of how data-parallel training scales.")
+    sub = p.add_subparsers(dest="command", metavar="{predict,bench,doctor}")
+    sub.required = True
+
+    pr = sub.add_parser("predict", help="predict step time, speedup and efficiency",
+                        description="Alpha-beta model of ring all-reduce with bucketing and "
+                        "overlap (see pycomm/scaling.py). Give --preset, or the free-form "
+                        "options (with --preset they override it).")
+    pr.add_argument("--preset", choices=sorted(scaling.PRESETS), help="a calibrated case")
+    pr.add_argument("--list", action="store_true", help="list presets and interconnects")
+    for flag, dest, typ, text in _PREDICT_OPTIONS:
+        pr.add_argument(flag, dest=dest, type=typ, default=None, help=text)
+    pr.add_argument("--calibrate", metavar="PATH.json",
+                    help="fit alpha and B to bench/allreduce_perf.py --json rows")
+    pr.add_argument("--backend", choices=("pycomm", "stock"), default="pycomm",
+                    help="which time column --calibrate fits (default pycomm)")
+    pr.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+    be = sub.add_parser("bench", help="run bench/allreduce_perf.py or bench/ddp_resnet50.py",
+                        description="Runs a benchmark script of the source tree with this "
+                        "Python; the arguments after its name go to the script.")
+    be.add_argument("--bench-dir", help="where the scripts are (default: <repo>/bench)")
+    be.add_argument("which", choices=sorted(BENCH_SCRIPTS))
+    be.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
+
+    do = sub.add_parser("doctor", help="check the environment, or a training script",
+                        description="Without a script: torch/CUDA/NCCL versions, backends, "
+                        "/dev/shm, CPUs, GPUs and peer access, pycomm's CUDA build. With "
+                        "scripts: common distributed-training mistakes found by reading them "
+                        "(never running them); exit status 1 if any.")
+    do.add_argument("scripts", nargs="*", metavar="SCRIPT.py")
+    do.add_argument("--json", action="store_true", help="print JSON instead of text")
+    return p
+
+
+# --------------------------------------------------------------------------- predict
+
+def _scenario_from_args(a: argparse.Namespace) -> tuple:
+    """(Scenario, Calibration or None, list of overridden options) from predict's options."""
+    given = [flag for flag, dest, _, _ in _PREDICT_OPTIONS if getattr(a, dest) is not None]
+    if a.calibrate:
+        given.append("--calibrate")
+    if a.preset:
+        base = scaling.get_preset(a.preset)
+    elif a.gpus is None:
+        raise ValueError("give --preset NAME or --gpus N (pycomm predict --list shows presets)")
+    else:
+        w = scaling.RESNET50
+        base = Scenario("custom", "free-form prediction", w,
+                        Cluster(a.gpus, a.gpus, scaling.get_interconnect("nvlink3"),
+                                scaling.get_interconnect("ib-hdr")), Sync())
+
+    w, c, s = base.workload, base.cluster, base.sync
+    w = replace(w, **{k: v for k, v in (
+        ("step_compute_s", a.step_compute_s),
+        ("grad_bytes", None if a.grad_mb is None else a.grad_mb * MB),
+        ("batch_per_gpu", a.batch),
+        ("epoch_images", a.epoch_images),
+        ("backward_fraction", a.backward_fraction)) if v is not None})
+    gpus = c.gpus if a.gpus is None else a.gpus
+    per_host = a.gpus_per_host if a.gpus_per_host is not None else (
+        c.gpus_per_host if a.preset else gpus)
+    intra = scaling.get_interconnect(a.intra) if a.intra else c.intra
+    inter = scaling.get_interconnect(a.interconnect) if a.interconnect else c.inter
+    calibration = None
+    if a.calibrate:
+        calibration = scaling.calibrate(a.calibrate, backend=a.backend)
+        intra = inter = calibration.interconnect()
+    if a.alpha_us is not None or a.bandwidth_gbps is not None:
+        ring = Cluster(gpus, per_host, intra, inter).ring_link()
+        ring = scaling.Interconnect(
+            "given", ring.alpha_s if a.alpha_us is None else a.alpha_us * 1e-6,
+            ring.bandwidth_Bps if a.bandwidth_gbps is None else a.bandwidth_gbps * 1e9,
+            "given on the command line")
+        intra = inter = ring
+    c = Cluster(gpus, per_host, intra, inter)
+    s = replace(s, **{k: v for k, v in (
+        ("bucket_cap_bytes", None if a.bucket_mb is None else a.bucket_mb * MIB),
+        ("overlap", a.overlap),
+        ("overhead_s", a.overhead_s)) if v is not None})
+    baseline_gpus = base.baseline_gpus if a.baseline_gpus is None else a.baseline_gpus
+    baseline_step = base.baseline_step_s if a.baseline_step_s is None else a.baseline_step_s
+    if a.baseline_gpus is not None and a.baseline_step_s is None and a.baseline_gpus != 1:
+        raise ValueError("--baseline-gpus: give --baseline-step-s too (the step time of that run)")
+    name = base.name if not (a.preset and given) else f"{base.name} (modified: {' '.join(given)})"
+    scenario = Scenario(name, base.title, w, c, s, baseline_gpus, baseline_step,
+                        base.notes if not given else ())
+    return scenario, calibration, given
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3f} ms" if seconds < 1 else f"{seconds:.3f} s"
+
+
+def _format_prediction(sc: Scenario, p: Prediction, calibration) -> str:
+    w, c, s = sc.workload, sc.cluster, sc.sync
+    ring = p.ring
+    bw = "inf" if math.isinf(ring.bandwidth_Bps) else f"{ring.bandwidth_Bps / 1e9:.3f} GB/s"
+    lines = [
+        f"{sc.name}: {sc.title}",
+        f"  workload    {w.name}: T_1 = {w.step_compute_s:.3f} s per {w.batch_per_gpu}-image "
+        f"step, {w.grad_bytes / MB:.1f} MB of gradients, epoch {w.epoch_images:,} images",
+        f"  cluster     {p.gpus} GPU{'s' if p.gpus > 1 else ''} on {p.hosts} host"
+        f"{'s' if p.hosts > 1 else ''} ({c.gpus_per_host} per host); ring bound by "
+        f"{ring.name}: alpha {ring.alpha_s * 1e6:.1f} us, B {bw}",
+    ]
+    if calibration is not None:
+        lines.append(f"  calibrated  {calibration.backend} times from {calibration.source}: "
+                     f"{calibration.rows} rows, worst error {calibration.max_relative_error:.1%}")
+    if p.gpus > 1:
+        cap = "one bucket" if p.buckets == 1 else f"{s.bucket_cap_bytes / MIB:g} MiB cap"
+        lines += [
+            f"  all-reduce  {p.buckets} bucket{'s' if p.buckets != 1 else ''} ({cap}): "
+            f"latency n_b*2(N-1)*alpha = {_ms(p.latency_s)} + bandwidth 2(N-1)/N*S/B = "
+            f"{_ms(p.transfer_s)} = {_ms(p.comm_s)} ({p.comm_fraction:.1%} of the step)",
+            f"  overlap     {s.overlap:.0%}: {_ms(p.hidden_s)} hidden behind backward, "
+            f"{_ms(p.exposed_s)} exposed",
+        ]
+    lines += [
+        f"  step        T_N = {p.compute_s:.3f} compute + {_ms(p.overhead_s)} overhead + "
+        f"{_ms(p.exposed_s)} exposed = {p.step_s:.4f} s",
+        f"  epoch       1 GPU: {p.one_gpu_steps_per_epoch} steps x {p.compute_s:.3f} s = "
+        f"{p.one_gpu_epoch_s:.1f} s; {p.gpus} GPUs: {p.steps_per_epoch} steps x "
+        f"{p.step_s:.4f} s = {p.epoch_s:.1f} s",
+        f"  speedup     S = {p.epoch_speedup:.2f} (epoch), efficiency {p.epoch_efficiency:.1%}; "
+        f"throughput N*T_1/T_N = {p.speedup:.2f}, efficiency {p.efficiency:.1%}",
+    ]
+    if p.baseline_gpus != 1:
+        ideal = p.gpus / p.baseline_gpus
+        lines.append(
+            f"  vs {p.baseline_gpus} GPUs  {p.speedup_vs_baseline:.2f}x (ideal {ideal:g}x, "
+            f"efficiency {p.speedup_vs_baseline / ideal:.1%}) = ({p.gpus}/{p.baseline_gpus}) x "
+            f"{p.baseline_step_s:.3f} / {p.step_s:.4f}; epochs {p.baseline_epoch_s:.1f} s -> "
+            f"{p.epoch_s:.1f} s = {p.epoch_speedup_vs_baseline:.2f}x")
+    for note in sc.notes:
+        lines.append(f"  - {note}")
+    return "\n".join(lines)
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    return obj
+
+
+def _predict(a: argparse.Namespace) -> int:
+    if a.list:
+        print("presets:")
+        for sc in scaling.PRESETS.values():
+            print(f"  {sc.name:32s} {sc.title}")
+        print("interconnects (alpha per ring step, bandwidth per direction):")
+        for link in scaling.INTERCONNECTS.values():
+            print(f"  {link.name:10s} {link.alpha_s * 1e6:5.1f} us {link.bandwidth_Bps / 1e9:7.2f} "
+                  f"GB/s  {link.source}")
+        return 0
+    sc, calibration, _ = _scenario_from_args(a)
+    p = sc.predict()
+    if a.json:
+        out = {
+            "scenario": sc.name, "title": sc.title,
+            "workload": asdict(sc.workload), "cluster": asdict(sc.cluster),
+            "sync": asdict(sc.sync),
+            "calibration": asdict(calibration) if calibration else None,
+            "prediction": asdict(p), "notes": list(sc.notes),
+        }
+        print(json.dumps(_jsonable(out), indent=2))
+    else:
+        print(_format_prediction(sc, p, calibration))
+    return 0
+
+
+# --------------------------------------------------------------------------- bench
+
+def _bench(a: argparse.Namespace) -> int:
+    bench_dir = Path(a.bench_dir) if a.bench_dir else _repo_root() / "bench"
+    script = bench_dir / BENCH_SCRIPTS[a.which]
+    if not script.is_file():
+        print(f"pycomm bench {a.which}: {script} not found. The benchmarks are in the source "
+              "tree's bench/ directory (they are not installed with the package); run from a "
+              "checkout, or point --bench-dir at it.", file=sys.stderr)
+        return 2
+    args = list(a.args)
+    if args[:1] == ["--"]:
+        args = args[1:]
+    try:
+        return subprocess.call([sys.executable, str(script), *args])
+    except KeyboardInterrupt:
+        return 130
+
+
+# --------------------------------------------------------------------------- doctor
+
+def _doctor(a: argparse.Namespace) -> int:
+    from . import doctor
+
+    if not a.scripts:
+        info = doctor.environment()
+        print(json.dumps(info, indent=2) if a.json else doctor.format_environment(info))
+        return 0
+    status, report, texts = 0, {}, []
+    for path in a.scripts:
+        try:
+            findings = doctor.check_script(path)
+        except OSError as e:
+            print(f"pycomm doctor: cannot read {path}: {e.strerror or e}", file=sys.stderr)
+            status = 2
+            continue
+        except SyntaxError as e:
+            print(f"pycomm doctor: {path}:{e.lineno}: does not parse: {e.msg}", file=sys.stderr)
+            status = 2
+            continue
+        if findings and status == 0:
+            status = 1
+        report[path] = doctor.findings_as_dicts(findings)
+        texts.append(doctor.format_findings(path, findings))
+    print(json.dumps(report, indent=2) if a.json else "\n".join(texts))
+    return status
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of ``pycomm`` and ``python -m pycomm``; returns the exit status."""
+    parser = _parser()
+    try:
+        a = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    except SystemExit as e:  # --help, or a usage error argparse already printed
+        return int(e.code or 0)
+    handler = {"predict": _predict, "bench": _bench, "doctor": _doctor}[a.command]
+    try:
+        return handler(a)
+    except (ValueError, OSError) as e:
+        print(f"pycomm {a.command}: error: {e}", file=sys.stderr)
+        return 2
