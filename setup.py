@@ -84,8 +84,12 @@ else:
     ext = CppExtension("pycomm._C", core_sources + torch_sources,
                        define_macros=define_macros, extra_compile_args=extra)
 
+# scripts/setup.sh builds in place first, then installs the package editable
+# with PYCOMM_SKIP_BUILD=1 so that pip does not build everything a second time.
+skip_build = os.environ.get("PYCOMM_SKIP_BUILD") == "1"
+
 setup(
     packages=find_packages(include=["pycomm", "pycomm.*"]),
-    ext_modules=[ext],
+    ext_modules=[] if skip_build else [ext],
     cmdclass={"build_ext": BuildExtension},
 )

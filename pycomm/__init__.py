@@ -5,6 +5,8 @@
     comm = pycomm.init()
     pycomm.all_reduce(t, op="sum")
 """
+import torch  # noqa: F401  (loads libc10 and friends, which _C links against)
+
 from . import _C
 from ._C import CollectiveMismatch, CommError, CommTimeout
 from .comm import Communicator, all_reduce, barrier, destroy, get_communicator, init

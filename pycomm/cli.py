@@ -145,7 +145,8 @@ def _scenario_from_args(a: argparse.Namespace) -> tuple:
     if a.baseline_gpus is not None and a.baseline_step_s is None and a.baseline_gpus != 1:
         raise ValueError("--baseline-gpus: give --baseline-step-s too (the step time of that run)")
     name = base.name if not (a.preset and given) else f"{base.name} (modified: {' '.join(given)})"
-    scenario = Scenario(name, base.title, w, c, s, baseline_gpus, baseline_step,
+    title = base.title if not (a.preset and given) else f"based on: {base.title}"
+    scenario = Scenario(name, title, w, c, s, baseline_gpus, baseline_step,
                         base.notes if not given else ())
     return scenario, calibration, given
 

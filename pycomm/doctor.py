@@ -12,7 +12,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Union
 
-__all__ = ["Finding", "check_script", "check_source", "environment", "format_environment",
+__all__ = ["Finding", "check_script", "check_source", "environment", "findings_as_dicts",
+           "format_environment",
            "format_findings"]
 
 GIB = 1 << 30

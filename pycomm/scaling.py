@@ -229,7 +229,8 @@ class Workload:
         if self.batch_per_gpu < 1 or self.epoch_images < 1:
             raise ValueError("batch_per_gpu and epoch_images: must be >= 1")
         if not 0 <= self.backward_fraction <= 1:
-            raise ValueError(f"backward_fraction: must be in [0, 1], got {self.backward_fraction!r}")
+            raise ValueError("backward_fraction: must be in [0, 1], got "
+                             f"{self.backward_fraction!r}")
 
 
 @dataclass(frozen=True)
@@ -475,7 +476,7 @@ def calibrate(rows: Union[str, Path, Sequence[Mapping[str, Any]]],
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"calibrate: row {i} lacks a numeric size/world_size ({e})") from None
         t_us = row.get(column)
-        if row.get("wrong") or t_us is None:
+        if row.get("wrong") or t_us is None or n < 2 or size <= 0:
             continue
         t_us = float(t_us)
         if not math.isfinite(t_us) or t_us <= 0:

@@ -1,0 +1,102 @@
+"""DDP communication hooks over pycomm's communicator.
+
+    model = DDP(model)
+    model.register_comm_hook(None, pycomm.ring_hook)                  # fp32, average
+    model.register_comm_hook(pycomm.RingState(compression="bf16"), pycomm.ring_hook)
+
+The hook returns at once with a future that pycomm's worker thread completes,
+so the all-reduce of one bucket overlaps the backward pass of the next.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+
+from . import comm as _comm
+from .bucket_ops import flatten, unflatten
+
+__all__ = ["RingState", "ring_hook"]
+
+_COMPRESSION = {None: None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+class RingState:
+    """Options of ring_hook.
+
+    group: the process group whose communicator to use (None: the default group).
+    compression: None, "bf16" or "fp16": gradients travel in that dtype; the cast
+        and the 1/N scaling happen in one pass of pycomm's bucketing kernel.
+    algorithm: "auto", "ring" or "direct" (see pycomm.all_reduce).
+    """
+
+    __slots__ = ("group", "compression", "algorithm", "_communicator", "_wire_buffers")
+
+    def __init__(self, group=None, compression: Optional[str] = None, algorithm: str = "auto"):
+        if compression not in _COMPRESSION:
+            raise ValueError(f"compression: expected None, 'bf16' or 'fp16', got {compression!r}")
+        if algorithm not in _comm._ALGORITHMS:
+            raise ValueError(f"algorithm: expected one of {', '.join(_comm._ALGORITHMS)}, "
+                             f"got {algorithm!r}")
+        if group is not None and not isinstance(group, dist.ProcessGroup):
+            raise TypeError(f"group: expected a torch.distributed.ProcessGroup or None, "
+                            f"got {type(group).__name__}")
+        self.group = group
+        self.compression = compression
+        self.algorithm = algorithm
+        self._communicator = None
+        # The compressed copy of each bucket, reused every step: DDP reduces a
+        # bucket once per step and waits for it before the next backward.
+        self._wire_buffers = {}
+
+    def communicator(self) -> "_comm.Communicator":
+        if self._communicator is None:
+            self._communicator = _comm.get_communicator(self.group)
+        return self._communicator
+
+    def __repr__(self):
+        return (f"pycomm.RingState(group={self.group!r}, compression={self.compression!r}, "
+                f"algorithm={self.algorithm!r})")
+
+
+_DEFAULT_STATE: Optional[RingState] = None
+
+
+def _state_of(state) -> RingState:
+    global _DEFAULT_STATE
+    if state is None:
+        if _DEFAULT_STATE is None:
+            _DEFAULT_STATE = RingState()
+        return _DEFAULT_STATE
+    if not isinstance(state, RingState):
+        raise TypeError(f"state: expected None or a pycomm.RingState, got {type(state).__name__}")
+    return state
+
+
+def ring_hook(state, bucket: "dist.GradBucket") -> torch.futures.Future:
+    """Averages the bucket's gradients over the group, like DDP's default hook.
+
+    Uncompressed: an in-place "avg" all-reduce of the bucket's buffer.
+    Compressed: the buffer is cast (and scaled by 1/N) into a bf16/fp16 copy in
+    one kernel pass, summed, and cast back into the buffer in place.
+    """
+    st = _state_of(state)
+    comm = st.communicator()
+    buffer = bucket.buffer()
+    wire = _COMPRESSION[st.compression]
+    if wire is None or buffer.dtype == wire or not buffer.is_floating_point():
+        return comm.all_reduce(buffer, op="avg", async_op=True,
+                               algorithm=st.algorithm).get_future()
+    key = (bucket.index(), buffer.numel())
+    compressed = st._wire_buffers.get(key)
+    if compressed is None:
+        compressed = st._wire_buffers[key] = torch.empty(buffer.numel(), dtype=wire)
+    flatten([buffer], scale=1.0 / comm.world_size, out=compressed)
+    fut = comm.all_reduce(compressed, op="sum", async_op=True, algorithm=st.algorithm).get_future()
+
+    def decompress(f):
+        unflatten(f.value(), [buffer])
+        return buffer
+
+    return fut.then(decompress)

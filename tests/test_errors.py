@@ -1,0 +1,169 @@
+"""Bad calls fail at once with a clear error, and leave the tensor untouched."""
+import re
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import pycomm
+
+
+def expect_error(fn, exc_type, pattern):
+    try:
+        fn()
+    except exc_type as e:
+        if not re.search(pattern, str(e)):
+            return f"{exc_type.__name__} raised, but {str(e)!r} does not match {pattern!r}"
+        return None
+    except BaseException as e:  # noqa: BLE001
+        return f"expected {exc_type.__name__}, got {type(e).__name__}: {e}"
+    return f"expected {exc_type.__name__}, nothing raised"
+
+
+def bad_argument_cases():
+    """Every rank makes the same bad calls; none may reach the other ranks."""
+    base = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    cases = {
+        "non-contiguous": (lambda t: pycomm.all_reduce(t.t()), ValueError, r"tensor: must be contiguous"),
+        "sparse": (lambda t: pycomm.all_reduce(t.to_sparse()), TypeError, r"tensor: sparse"),
+        "meta device": (lambda t: pycomm.all_reduce(torch.empty(3, device="meta")), TypeError,
+                        r"tensor: expected a CPU tensor"),
+        "complex": (lambda t: pycomm.all_reduce(torch.zeros(3, dtype=torch.complex64)), TypeError,
+                    r"tensor: unsupported dtype"),
+        "bool": (lambda t: pycomm.all_reduce(torch.zeros(3, dtype=torch.bool)), TypeError,
+                 r"tensor: unsupported dtype"),
+        "int16": (lambda t: pycomm.all_reduce(torch.zeros(3, dtype=torch.int16)), TypeError,
+                  r"tensor: unsupported dtype"),
+        "not a tensor": (lambda t: pycomm.all_reduce([1.0, 2.0]), TypeError, r"tensor: expected a torch.Tensor"),
+        "unknown op": (lambda t: pycomm.all_reduce(t, op="mean"), ValueError, r"op: unknown reduction 'mean'"),
+        "bitwise op": (lambda t: pycomm.all_reduce(t, op=dist.ReduceOp.BAND), ValueError, r"op: unsupported"),
+        "unknown algorithm": (lambda t: pycomm.all_reduce(t, algorithm="tree"), ValueError,
+                              r"algorithm: unknown algorithm 'tree'"),
+        "algorithm not a string": (lambda t: pycomm.all_reduce(t, algorithm=3), ValueError, r"algorithm:"),
+        "integer avg": (lambda t: pycomm.all_reduce(torch.ones(3, dtype=torch.int32), op="avg"), ValueError,
+                        r"op: 'avg' is not defined for integer"),
+    }
+    problems = []
+    for name, (call, exc, pattern) in cases.items():
+        t = base.clone()
+        problem = expect_error(lambda: call(t), exc, pattern)
+        if problem:
+            problems.append(f"{name}: {problem}")
+        if not torch.equal(t, base):
+            problems.append(f"{name}: the tensor changed")
+    # The communicator is still in step: a good call works after all that.
+    t = torch.ones(5)
+    pycomm.all_reduce(t)
+    if t[0].item() != dist.get_world_size():
+        problems.append("a valid all_reduce after the bad calls returned a wrong value")
+    return problems
+
+
+def test_bad_arguments_raise_before_anything_is_sent(worlds):
+    for rank, problems in enumerate(worlds(2).run(bad_argument_cases)):
+        assert not problems, f"rank {rank}: {problems}"
+
+
+def mismatch_case(kind):
+    rank = dist.get_rank()
+    t = torch.full((100,), float(rank + 1))
+    original = t.clone()
+    if kind == "count":
+        t = torch.full((100 + 50 * rank,), float(rank + 1))
+        original = t.clone()
+        call = lambda: pycomm.all_reduce(t)  # noqa: E731
+    elif kind == "count-ring-vs-direct":
+        t = torch.full((10 if rank == 0 else 1_000_000,), 1.0)
+        original = t.clone()
+        call = lambda: pycomm.all_reduce(t)  # noqa: E731
+    elif kind == "dtype":
+        t = t.to(torch.float64) if rank == 1 else t
+        original = t.clone()
+        call = lambda: pycomm.all_reduce(t)  # noqa: E731
+    elif kind == "op":
+        call = lambda: pycomm.all_reduce(t, op="max" if rank == 1 else "sum")  # noqa: E731
+    elif kind == "collective":
+        call = (lambda: pycomm.barrier()) if rank == 1 else (lambda: pycomm.all_reduce(t))  # noqa: E731
+    start = time.monotonic()
+    try:
+        call()
+        outcome = "no error"
+    except pycomm.CollectiveMismatch as e:
+        outcome = str(e)
+    elapsed = time.monotonic() - start
+    unchanged = torch.equal(t, original)
+    # Still usable afterwards.
+    ok = torch.ones(3)
+    pycomm.all_reduce(ok)
+    return outcome, unchanged, elapsed, ok[0].item()
+
+
+@pytest.mark.parametrize("kind,what", [("count", "count differs on rank 1"),
+                                       ("count-ring-vs-direct", "count differs on rank 1"),
+                                       ("dtype", "dtype differs on rank 1"),
+                                       ("op", "op differs on rank 1"),
+                                       ("collective", "collective differs on rank 1")])
+def test_mismatch_raises_on_every_rank(worlds, kind, what):
+    world = worlds(3)
+    results = world.run(mismatch_case, kind)
+    for rank, (outcome, unchanged, elapsed, ok) in enumerate(results):
+        assert what in outcome, f"rank {rank}: {outcome}"
+        assert "rank 0 called" in outcome and "rank 2 called" in outcome
+        assert unchanged, f"rank {rank}: input changed"
+        assert elapsed < 5.0
+        assert ok == 3.0
+    assert len({r[0] for r in results}) == 1, "every rank reports the same mismatch"
+
+
+def absent_rank_case(timeout_s):
+    """A fresh communicator with a short timeout; rank 1 never calls."""
+    comm = pycomm.Communicator(timeout=timeout_s)
+    rank = dist.get_rank()
+    t = torch.full((1000,), float(rank))
+    outcome, elapsed = "no error", 0.0
+    if rank != 1:
+        start = time.monotonic()
+        try:
+            comm.all_reduce(t)
+        except pycomm.CommTimeout as e:
+            outcome = str(e)
+        elapsed = time.monotonic() - start
+    dist.barrier()  # (gloo) rank 1 comes back only now
+    late = "no error"
+    if rank == 1:
+        try:
+            comm.all_reduce(t)
+        except pycomm.CommTimeout as e:
+            late = str(e)
+    comm.close()
+    return outcome, elapsed, late, bool((t == rank).all())
+
+
+def test_absent_rank_times_out_naming_it(worlds):
+    timeout_s = 1.0
+    results = worlds(3).run(absent_rank_case, timeout_s)
+    for rank in (0, 2):
+        outcome, elapsed, _, unchanged = results[rank]
+        assert "rank 1" in outcome and "timed out" in outcome, outcome
+        assert timeout_s * 0.95 <= elapsed <= timeout_s * 1.1 + 0.1, elapsed
+        assert unchanged
+    late = results[1][2]
+    assert "aborted by rank" in late, late
+    assert results[1][3]
+
+
+def test_init_requires_a_process_group():
+    if dist.is_initialized():
+        pytest.skip("a process group exists in this process")
+    with pytest.raises(RuntimeError, match="init_process_group"):
+        pycomm.init()
+
+
+def test_bad_timeout_is_rejected():
+    from pycomm.comm import _timeout_seconds
+
+    for bad in (0, -1, "10", True):
+        with pytest.raises(ValueError, match="timeout"):
+            _timeout_seconds(bad)
+    assert _timeout_seconds(2) == 2.0

@@ -1,0 +1,234 @@
+"""Failures are boring: a dead or stalled peer gives CommTimeout naming it in
+bounded time, inputs are never half-written, nothing leaks.
+
+Each scenario that kills a rank runs in a world of its own, discarded after.
+"""
+import os
+import signal
+import threading
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import pycomm
+from process_world import ProcessWorld
+
+WORLD = 3
+VICTIM = 1
+
+
+def input_for(rank, count):
+    return (torch.arange(count, dtype=torch.float32) % 7) + rank
+
+
+def fully_reduced(count):
+    return sum(input_for(r, count) for r in range(WORLD))
+
+
+def die_during(count, when, stamp_path):
+    """Survivors all-reduce until an error; the victim SIGKILLs itself `when`:
+    'mid-large' / 'mid-small' while collectives run, 'between' while idle."""
+    rank = dist.get_rank()
+    comm = pycomm.Communicator(timeout=60.0)  # far above the 2 s bound we check
+    t = input_for(rank, count)
+    pycomm_barrier = comm.barrier
+    pycomm_barrier()
+    if rank == VICTIM:
+        def kill_soon(delay):
+            time.sleep(delay)
+            with open(stamp_path, "w") as f:
+                f.write(repr(time.time()))
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        if when == "between":
+            comm.all_reduce(t)
+            kill_soon(0.2)
+        threading.Thread(target=kill_soon, args=(0.3,), daemon=True).start()
+        while True:
+            t.copy_(input_for(rank, count))
+            comm.all_reduce(t)
+    calls, error = 0, None
+    try:
+        while True:
+            t.copy_(input_for(rank, count))
+            comm.all_reduce(t)
+            calls += 1
+            if when == "between" and calls == 1:
+                time.sleep(0.5)  # the victim dies while this rank is idle
+    except pycomm.CommTimeout as e:
+        error = str(e)
+    seen = time.time()
+    state = ("unchanged" if torch.equal(t, input_for(rank, count))
+             else "reduced" if torch.equal(t, fully_reduced(count)) else "half-written")
+    return error, seen, state, calls
+
+
+@pytest.mark.parametrize("when,count", [("mid-large", 8 << 20), ("mid-small", 1000),
+                                        ("between", 1000)])
+def test_dead_peer_is_named_within_two_seconds(tmp_path, when, count):
+    stamp = tmp_path / "death"
+    world = ProcessWorld(WORLD)
+    try:
+        results = world.run(die_during, count, when, str(stamp), may_die=(VICTIM,), timeout=120)
+    finally:
+        world.kill()
+    died = float(stamp.read_text())
+    for rank in range(WORLD):
+        if rank == VICTIM:
+            continue
+        error, seen, state, calls = results[rank]
+        assert error is not None and f"rank {VICTIM}" in error and "exited" in error, error
+        assert seen - died < 2.0, f"rank {rank} noticed after {seen - died:.2f} s"
+        assert state in ("unchanged", "reduced"), f"rank {rank}: tensor {state}"
+
+
+def shm_too_small_case():
+    """Ask for more shared memory than /dev/shm has: a clear error at init."""
+    old = os.environ.get("PYCOMM_RING_BUFFER_KB")
+    free = os.statvfs(pycomm._C.shm_dir())
+    # Two ranks' buffers are more than all free space.
+    os.environ["PYCOMM_RING_BUFFER_KB"] = str(free.f_bavail * free.f_frsize // 1024 // 4 + 1024)
+    try:
+        pycomm.Communicator(timeout=30)
+        return "no error"
+    except pycomm.CommError as e:
+        return str(e)
+    finally:
+        if old is None:
+            del os.environ["PYCOMM_RING_BUFFER_KB"]
+        else:
+            os.environ["PYCOMM_RING_BUFFER_KB"] = old
+
+
+def test_shm_too_small_fails_at_init(worlds):
+    messages = worlds(2).run(shm_too_small_case)
+    assert "cannot reserve" in messages[0] and "bytes" in messages[0] and "free" in messages[0], \
+        messages[0]
+    assert "rank 0 could not create" in messages[1] and "cannot reserve" in messages[1], messages[1]
+
+
+def two_groups_case():
+    """Ranks {0,1} and {2,3} each have a subgroup communicator, used at the
+    same time as the world one, async, from one process."""
+    rank = dist.get_rank()
+    groups = [dist.new_group([0, 1]), dist.new_group([2, 3])]
+    mine = groups[rank // 2]
+    sub = pycomm.init(group=mine)
+    ok = True
+    for i in range(50):
+        a = torch.full((5000 + i,), float(rank))
+        b = torch.full((300,), float(rank + i))
+        wa = pycomm.all_reduce(a, group=mine, async_op=True)
+        wb = pycomm.all_reduce(b, async_op=True)
+        wa.wait()
+        wb.wait()
+        pair = rank // 2 * 2
+        ok &= bool((a == pair + pair + 1).all()) and bool((b == 6 + 4 * i).all())
+    pycomm.destroy(mine)
+    return ok and sub.world_size == 2
+
+
+def test_two_communicators_do_not_interfere(worlds):
+    assert worlds(4).run(two_groups_case) == [True] * 4
+
+
+def resource_counts():
+    fds = len(os.listdir("/proc/self/fd"))
+    with open("/proc/self/maps") as f:
+        maps = sum(1 for _ in f)
+    threads = len(os.listdir("/proc/self/task"))
+    return fds, maps, threads
+
+
+def create_destroy_case(n):
+    def cycle(k):
+        for _ in range(k):
+            comm = pycomm.Communicator(timeout=30)
+            t = torch.ones(10)
+            comm.all_reduce(t)
+            comm.close()
+            del comm
+
+    cycle(5)  # warm-up: allocator arenas and lazily created state settle
+    before = resource_counts()
+    cycle(n)
+    after = resource_counts()
+    return before, after
+
+
+
+def test_create_destroy_leaks_nothing(worlds):
+    for before, after in worlds(2).run(create_destroy_case, 100):
+        assert after[0] <= before[0], f"file descriptors: {before[0]} -> {after[0]}"
+        # A leak would grow with the 100 communicators; allow allocator noise.
+        assert after[1] <= before[1] + 8, f"mappings: {before[1]} -> {after[1]}"
+        assert after[2] <= before[2], f"threads: {before[2]} -> {after[2]}"
+
+
+def rss_bytes():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+SOAK_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8,
+               torch.uint8, torch.int32, torch.int64]
+
+
+def soak_case(iterations, seed):
+    """Random sizes up to 4 MB, dtypes, ops; sync and async interleaved;
+    each checked against torch.distributed (gloo)."""
+    g = torch.Generator().manual_seed(seed)  # the same sequence on every rank
+    rank = dist.get_rank()
+    ops = ["sum", "max", "min", "product", "avg"]
+    stock = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN,
+             "product": dist.ReduceOp.PRODUCT, "avg": dist.ReduceOp.SUM}
+    bad, rss = [], []
+    pending = []
+    for it in range(iterations):
+        dtype = SOAK_DTYPES[int(torch.randint(len(SOAK_DTYPES), (1,), generator=g))]
+        op = ops[int(torch.randint(len(ops), (1,), generator=g))]
+        if op == "avg" and not dtype.is_floating_point:
+            op = "sum"
+        esize = torch.empty((), dtype=dtype).element_size()
+        count = int(torch.randint((4 << 20) // esize, (1,), generator=g)) >> \
+            int(torch.randint(0, 16, (1,), generator=g))
+        use_async = bool(torch.randint(2, (1,), generator=g))
+        x = torch.randint(1, 3, (count,), generator=torch.Generator().manual_seed(it * 7 + rank))
+        x = x.to(dtype)
+        ref = x.clone()
+        dist.all_reduce(ref, stock[op])
+        if op == "avg":
+            ref.div_(dist.get_world_size())
+        if use_async:
+            pending.append((it, x, ref, pycomm.all_reduce(x, op=op, async_op=True)))
+        else:
+            pycomm.all_reduce(x, op=op)
+            if not torch.equal(x, ref):
+                bad.append(it)
+        if len(pending) > 4 or it == iterations - 1:
+            for i, xa, ra, work in pending:
+                work.wait()
+                if not torch.equal(xa, ra):
+                    bad.append(i)
+            pending.clear()
+        if it % max(1, iterations // 10) == 0:
+            rss.append(rss_bytes())
+    return bad, rss
+
+
+def check_soak(results):
+    for rank, (bad, rss) in enumerate(results):
+        assert not bad, f"rank {rank}: wrong results at iterations {bad[:10]}"
+        # Flat after warm-up: the last sample within 64 MB of the second.
+        assert rss[-1] - rss[1] < 64 << 20, f"rank {rank}: RSS grew {rss}"
+
+
+def test_soak_short(worlds):
+    check_soak(worlds(3).run(soak_case, 300, 1))
+
+
+@pytest.mark.soak
+def test_soak_long(worlds):
+    check_soak(worlds(3).run(soak_case, 10_000, 2, timeout=3 * 3600))
