@@ -18,8 +18,13 @@ if ! have "import pytest, pytest_timeout, hypothesis, tqdm, matplotlib, ninja, n
   "$PY" -m pip install --quiet "pytest>=8" "pytest-timeout>=2.3" "hypothesis>=6" tqdm matplotlib ninja numpy "setuptools>=64" wheel
 fi
 # In place, so that ninja rebuilds only what changed on later runs.
-echo "setup: building pycomm's extension"
-MAX_JOBS=${MAX_JOBS:-2} "$PY" setup.py --quiet build_ext --inplace
+echo "setup: building pycomm's extension (log: build/setup.log)"
+mkdir -p build
+if ! MAX_JOBS=${MAX_JOBS:-2} "$PY" setup.py build_ext --inplace >build/setup.log 2>&1; then
+  grep -E -B2 -A8 "error|Error" build/setup.log | tail -60
+  echo "setup: the build failed; the whole log is in build/setup.log" >&2
+  exit 1
+fi
 # The package itself (editable: this checkout) and its `pycomm` command.
 if ! have "import pycomm, importlib.metadata as m; m.version('pycomm')" || ! command -v pycomm >/dev/null; then
   echo "setup: installing pycomm (editable)"

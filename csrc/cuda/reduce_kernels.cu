@@ -1,4 +1,5 @@
 #include "reduce_kernels.cuh"
+#include "reduce_launch.h"
 
 extern "C" cudaError_t pycomm_cuda_sum_into_f32(float* dst, const float* src, size_t n,
                                                 cudaStream_t stream) {

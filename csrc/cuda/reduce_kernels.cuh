@@ -1,5 +1,6 @@
 // Element-wise reduction kernels for the CUDA transport, torch-free so they
-// build under CMake alone. 16-byte vector loads for the aligned body, a scalar
+// build under CMake alone. Device code: included by .cu files only; host code
+// calls the launchers declared in reduce_launch.h. 16-byte vector loads for the aligned body, a scalar
 // loop for the tail.
 #pragma once
 
@@ -32,7 +33,3 @@ __global__ void sum_into_f32(float* __restrict__ dst, const float* __restrict__ 
 }
 
 }  // namespace pycomm::cuda
-
-// C entry point for the glue: launches on `stream`, returns the launch status.
-extern "C" cudaError_t pycomm_cuda_sum_into_f32(float* dst, const float* src, size_t n,
-                                                cudaStream_t stream);

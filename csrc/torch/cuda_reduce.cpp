@@ -7,7 +7,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
-#include "../cuda/reduce_kernels.cuh"
+#include "../cuda/reduce_launch.h"
 
 namespace pycomm {
 namespace {

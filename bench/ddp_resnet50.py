@@ -1,0 +1,706 @@
+#!/usr/bin/env python
+"""ResNet-50 under DDP: the stock all-reduce beside pycomm's ring hook, with speedup,
+efficiency, the communication share of a step, Amdahl's serial fraction, and the scaling
+model's prediction of the step.
+
+    python bench/ddp_resnet50.py                                   # 2 CPU ranks, or 1 per GPU
+    python bench/ddp_resnet50.py --nproc 1,2 --json ddp.json --plot ddp.png
+    python bench/ddp_resnet50.py --image-size 224 --batch-size 256  # the classic GPU setting
+    torchrun --nproc-per-node 2 bench/ddp_resnet50.py
+
+Every rank trains torchvision's resnet50 (weights=None) on a synthetic data set (random
+uint8 images and labels from a fixed seed, the same on every rank) that DistributedSampler
+shards. The modes run one after another in one invocation, each on a fresh model with the
+same initial weights:
+
+    stock      DDP's all-reduce on the stock backend (gloo on CPUs, NCCL on GPUs), through
+               torch's allreduce_hook: the Python twin of DDP's built-in path (divide the
+               bucket by N, all-reduce SUM), so that its buckets can be timed like the others.
+    ring       pycomm.ring_hook, fp32 average.
+    ring-bf16  pycomm.ring_hook with RingState(compression="bf16"); ring-fp16 likewise.
+
+A ring mode that cannot run here (pycomm.hooks does not import, or a CUDA device while
+pycomm's CUDA transport is missing) is reported as unavailable with the reason.
+
+What is timed. A step is zero_grad + forward + backward (which includes DDP's wait for the
+all-reduce of every bucket) + optimizer step, on a batch already on the device: the
+synthetic input pipeline is not part of what is compared. Each step's time is that of the
+slowest rank (DDP's steps end together anyway); the table gives the median over the timed
+steps, after warm-up steps that are not timed.
+
+The 1-rank baseline (T1). Rank 0 alone trains a plain (non-DDP, no SyncBatchNorm) copy of
+the same model on batches of the same per-rank size, forward + backward + optimizer step,
+while the other ranks wait in a barrier (a blocking wait, so they leave the cores to it).
+It runs in the same process, before the DDP modes, with the same threads, allocator state
+and data; a separate 1-process spawn would pay another start-up of torch and measure the
+same thing. With several world sizes (--nproc 1,2) it is measured once, in the first, and
+reused, so every speedup has the same T1.
+
+The figures, for N ranks with per-rank batch b and median step TN:
+    images/s   N·b / TN
+    speedup    S = N·T1 / TN: the time one process takes for an epoch of D images (D/b steps
+               of T1) over the time N ranks take (D/(N·b) steps of TN); D is a multiple of
+               N·b here, so there is no partial step.
+    efficiency S / N
+    Amdahl f   the serial fraction that S implies: S = N / (1 + f·(N-1)), f = (N/S - 1)/(N - 1)
+    comm       measured two ways:
+               (a) in training: the hook is wrapped; it marks when DDP hands it a bucket and
+                   when the bucket's future completes. Per step, "comm" is the time at least
+                   one bucket was in flight (the union of those intervals) and "exposed" is
+                   the wait after the last bucket was handed over (backward was done by then,
+                   so only waiting was left): max(done) - max(handed over). Mean over ranks.
+               (b) alone: after training, the same buckets (the sizes DDP made, in the order
+                   it issued them, in the dtype that goes on the wire) are all-reduced with
+                   the same backend and no compute: all issued, then all waited for. Median
+                   of a few repetitions.
+               share = comm / step. The step-time plot splits each step into compute
+               (step - exposed) and exposed communication.
+On GPUs the marks are CUDA events (a future's callback runs on a stream that waited for the
+all-reduce), resolved after the step synchronizes.
+
+The scaling model. For N > 1 the α-β ring model of pycomm.scaling predicts each mode's step
+from T1, the recorded bucket sizes (bytes on the wire) and α, B fitted to a short
+all-reduce sweep run in the same invocation (stock backend for `stock`, pycomm for the ring
+modes), or to `--calibration PATH` (a bench/allreduce_perf.py --json file). The prediction
+assumes no overlap (every byte exposed); full overlap is its lower bound.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from typing import Optional
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_launch import launch  # noqa: E402  (also puts the repository root on sys.path)
+
+MODES = {"stock": None, "ring": None, "ring-bf16": "bf16", "ring-fp16": "fp16"}
+MODELS = ("resnet18", "resnet34", "resnet50")
+DEFAULT_MODES = "stock,ring,ring-bf16"
+# Distinct batches per rank in the synthetic data set; the loader cycles through them.
+# A few keep 224-pixel data of 8 ranks x 256 images within host memory.
+BATCHES_PER_RANK = 4
+# Sizes of the all-reduce sweep that calibrates alpha and B: an 8-byte call pins alpha,
+# the large ones B (DDP's buckets are up to 25 MiB).
+CALIBRATION_SIZES = (8, 64 << 10, 1 << 20, 8 << 20, 32 << 20)
+# Seconds of comm-alone repetitions to aim for, and their bounds.
+ALONE_REPS = (3, 10)
+
+
+# --------------------------------------------------------------------------- timing
+
+class Clock:
+    """Timestamps on the device's timeline: perf_counter on CPUs; CUDA events on GPUs,
+    which are read only after sync()."""
+
+    def __init__(self, device):
+        import torch
+
+        self.torch = torch
+        self.cuda = device.type == "cuda"
+
+    def mark(self):
+        if self.cuda:
+            event = self.torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def sync(self):
+        if self.cuda:
+            self.torch.cuda.synchronize()
+
+    def seconds(self, start, mark) -> float:
+        if self.cuda:
+            return start.elapsed_time(mark) / 1e3
+        return mark - start
+
+
+class HookTimer:
+    """Wraps a DDP comm hook to mark, per bucket, when DDP hands it over and when its
+    future completes."""
+
+    def __init__(self, hook, clock, wire_element_size: Optional[int]):
+        self.clock = clock
+        self.events = []   # [bucket index, numel, element size, handed-over mark, done mark]
+        wire = wire_element_size
+
+        # A function, not a callable object: DDP reads the hook's __name__.
+        def timed_hook(state, bucket):
+            buffer = bucket.buffer()
+            entry = [bucket.index(), buffer.numel(), wire or buffer.element_size(),
+                     self.clock.mark(), None]
+            self.events.append(entry)
+            fut = hook(state, bucket)
+
+            def done(f):
+                entry[4] = self.clock.mark()
+                return f.value()
+
+            return fut.then(done)
+
+        self.hook = timed_hook
+
+    def step_comm(self, start):
+        """(comm, exposed) seconds of the step that began at `start`; see the module doc."""
+        spans = sorted((self.clock.seconds(start, e[3]), self.clock.seconds(start, e[4]))
+                       for e in self.events if e[4] is not None)
+        if not spans:
+            return 0.0, 0.0
+        busy, lo, hi = 0.0, spans[0][0], spans[0][1]
+        for s, e in spans[1:]:
+            if s > hi:
+                busy += hi - lo
+                lo, hi = s, e
+            else:
+                hi = max(hi, e)
+        busy += hi - lo
+        exposed = max(0.0, max(e for _, e in spans) - max(s for s, _ in spans))
+        return busy, exposed
+
+    def buckets(self):
+        """(numel, wire element size) of each bucket, in the order of the last step."""
+        return [(e[1], e[2]) for e in self.events]
+
+    def reset(self):
+        self.events = []
+
+
+# --------------------------------------------------------------------------- the ranks
+
+class World:
+    """What every phase of a rank needs: its rank, device, backend and helpers over the
+    stock process group."""
+
+    def __init__(self, args):
+        import torch
+        import torch.distributed as dist
+
+        self.torch, self.dist = torch, dist
+        self.rank, self.size = dist.get_rank(), dist.get_world_size()
+        self.backend = dist.get_backend()
+        if args.device == "cuda":
+            local = int(os.environ.get("LOCAL_RANK", self.rank))
+            torch.cuda.set_device(local)
+            self.device = torch.device("cuda", local)
+        else:
+            self.device = torch.device("cpu")
+        self.clock = Clock(self.device)
+
+    def barrier(self):
+        if self.device.type == "cuda":
+            self.dist.barrier(device_ids=[self.device.index])
+        else:
+            self.dist.barrier()
+
+    def reduce(self, values, op):
+        """Element-wise reduction of a list of floats over the ranks."""
+        t = self.torch.tensor(values, dtype=self.torch.float64, device=self.device)
+        self.dist.all_reduce(t, op=op)
+        return t.tolist()
+
+    def all_agree(self, ok: bool) -> bool:
+        return bool(self.reduce([1.0 if ok else 0.0], self.dist.ReduceOp.MIN)[0])
+
+
+def ring_support(world) -> Optional[str]:
+    """None when pycomm's ring hook can run on this world's device, else why not."""
+    reason = None
+    try:
+        import pycomm
+        from pycomm.hooks import RingState, ring_hook  # noqa: F401
+    except Exception as e:  # the import is what is being probed
+        reason = f"pycomm.hooks does not import ({type(e).__name__}: {e})"
+    if reason is None and world.device.type == "cuda":
+        if not pycomm.cuda_built():
+            reason = "pycomm was built without CUDA: its CUDA transport is not available"
+        else:
+            try:
+                probe = world.torch.ones(4, device=world.device)
+                pycomm.all_reduce(probe)
+            except Exception as e:
+                reason = (f"pycomm's CUDA transport is not available "
+                          f"({type(e).__name__}: {str(e).splitlines()[0][:120]})")
+    # Every rank must make the same choice, or the modes' collectives would not match.
+    if not world.all_agree(reason is None) and reason is None:
+        reason = "pycomm's ring hook is not available on every rank"
+    return reason
+
+
+def synthetic_loader(world, args, sharded: bool):
+    """An endless iterator of (images, labels) batches on the device, and the data set."""
+    import torch
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+    g = torch.Generator().manual_seed(args.seed)
+    n = args.batch_size * world.size * BATCHES_PER_RANK
+    # uint8 images, as a decoder would produce them: a quarter of the host memory of fp32.
+    images = torch.randint(0, 256, (n, 3, args.image_size, args.image_size), dtype=torch.uint8,
+                           generator=g)
+    labels = torch.randint(0, args.classes, (n,), generator=g)
+    data = TensorDataset(images, labels)
+    if sharded:
+        sampler = DistributedSampler(data, num_replicas=world.size, rank=world.rank,
+                                     shuffle=True, seed=args.seed, drop_last=True)
+        loader = DataLoader(data, batch_size=args.batch_size, sampler=sampler, drop_last=True)
+    else:
+        sampler = None
+        loader = DataLoader(data, batch_size=args.batch_size, shuffle=True, drop_last=True,
+                            generator=torch.Generator().manual_seed(args.seed))
+    pin = world.device.type == "cuda"
+
+    def batches():
+        epoch = 0
+        while True:
+            if sampler is not None:
+                sampler.set_epoch(epoch)
+            for x, y in loader:
+                if pin:
+                    x, y = x.pin_memory(), y.pin_memory()
+                x = x.to(world.device, non_blocking=True).float().div_(255.0)
+                yield x, y.to(world.device, non_blocking=True)
+            epoch += 1
+
+    return batches()
+
+
+def build_model(world, args, sync_bn: bool):
+    import torch
+    import torchvision
+
+    torch.manual_seed(args.seed)  # the same initial weights in every mode and on every rank
+    model = getattr(torchvision.models, args.model)(weights=None, num_classes=args.classes)
+    if sync_bn:
+        model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    model = model.to(world.device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
+    return model, opt
+
+
+def train(world, args, model, opt, batches, label, timer=None):
+    """Runs the warm-up and timed steps; returns per-step seconds and (comm, exposed)."""
+    import torch.nn.functional as F
+
+    bar = None
+    if world.rank == 0:
+        from tqdm import tqdm
+
+        bar = tqdm(total=args.warmup + args.steps, desc=f"{label} warm-up", unit="step",
+                   file=sys.stderr, leave=True, mininterval=0.5, dynamic_ncols=True)
+    clock = world.clock
+    times, comm, exposed = [], [], []
+    model.train()
+    for i in range(args.warmup + args.steps):
+        x, y = next(batches)
+        clock.sync()
+        if timer is not None:
+            timer.reset()
+        start = clock.mark()
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        end = clock.mark()
+        clock.sync()
+        if i >= args.warmup:
+            times.append(clock.seconds(start, end))
+            if timer is not None:
+                c, e = timer.step_comm(start)
+                comm.append(c)
+                exposed.append(e)
+        if bar is not None:
+            if i + 1 == args.warmup:
+                bar.set_description(f"{label} timed")
+            bar.set_postfix_str(f"{clock.seconds(start, end) * 1e3:.0f} ms/step", refresh=False)
+            bar.update()
+    if bar is not None:
+        bar.close()
+    return times, comm, exposed
+
+
+def run_baseline(world, args):
+    """T1: rank 0 alone, no DDP (see the module doc); the others wait. Returns T1 (s) on
+    every rank."""
+    import torch
+
+    t1 = 0.0
+    if world.rank == 0:
+        model, opt = build_model(world, args, sync_bn=False)
+        batches = synthetic_loader(world, args, sharded=False)
+        times, _, _ = train(world, args, model, opt, batches, f"{'baseline':<9} N=1")
+        t1 = statistics.median(times)
+        del model, opt
+    world.barrier()
+    return world.reduce([t1], torch.distributed.ReduceOp.MAX)[0]
+
+
+def mode_hook(mode, world):
+    """(state, hook, wire element size or None, all-reduce of one tensor for comm alone)."""
+    if mode == "stock":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        def issue(t):
+            return world.dist.all_reduce(t, async_op=True)
+
+        return None, default_hooks.allreduce_hook, None, issue
+    import pycomm
+    from pycomm.hooks import RingState, ring_hook
+
+    compression = MODES[mode]
+    op = "avg" if compression is None else "sum"
+
+    def issue(t):
+        return pycomm.all_reduce(t, op=op, async_op=True)
+
+    return RingState(compression=compression), ring_hook, (2 if compression else None), issue
+
+
+def comm_alone(world, buckets, issue, compressed: bool):
+    """Median seconds to all-reduce `buckets` (numel, element size) with no compute."""
+    import torch
+
+    dtype = {4: torch.float32, 2: torch.bfloat16, 8: torch.float64}
+    tensors = [torch.zeros(n, dtype=dtype.get(size, torch.float32), device=world.device)
+               for n, size in buckets]
+
+    def once():
+        world.barrier()
+        world.clock.sync()
+        t0 = time.perf_counter()
+        works = [issue(t) for t in tensors]
+        for w in works:
+            w.wait()
+        world.clock.sync()
+        return time.perf_counter() - t0
+
+    first = once()  # warm-up, and the estimate that fixes the repetitions
+    reps = world.reduce([first], world.dist.ReduceOp.MAX)[0]
+    n = int(min(ALONE_REPS[1], max(ALONE_REPS[0], 1.0 / max(reps, 1e-6))))
+    samples = [once() for _ in range(n)]
+    return world.reduce([statistics.median(samples)], world.dist.ReduceOp.MAX)[0]
+
+
+def calibration_sweep(world, with_pycomm: bool):
+    """allreduce_perf-style rows (size, world_size, stock_us, pycomm_us) for a few sizes."""
+    import torch
+
+    rows = []
+    for size in CALIBRATION_SIZES:
+        t = torch.zeros(max(size // 4, 1), device=world.device)
+        reps = 20 if size <= (1 << 20) else 5
+
+        def median_us(fn):
+            fn()
+            samples = []
+            for _ in range(reps):
+                world.clock.sync()
+                t0 = time.perf_counter()
+                fn()
+                world.clock.sync()
+                samples.append(time.perf_counter() - t0)
+            return statistics.median(samples) * 1e6
+
+        stock_us = median_us(lambda: world.dist.all_reduce(t))
+        pycomm_us = None
+        if with_pycomm:
+            import pycomm
+
+            pycomm_us = median_us(lambda: pycomm.all_reduce(t))
+        rows.append(dict(size=t.numel() * 4, count=t.numel(), dtype="float32", op="sum",
+                         world_size=world.size, stock_backend=world.backend, stock_us=stock_us,
+                         pycomm_us=pycomm_us, wrong=0, stock_wrong=0))
+    return rows
+
+
+def calibrations(world, args, with_pycomm: bool):
+    """{"stock": Calibration or reason, "pycomm": ...}: alpha and B for the model."""
+    from pycomm import scaling
+
+    if world.size < 2:
+        return {}
+    if args.calibration:
+        source = args.calibration
+    else:
+        source = calibration_sweep(world, with_pycomm)
+    out = {}
+    for backend in ("stock", "pycomm"):
+        if backend == "pycomm" and not with_pycomm:
+            continue
+        try:
+            out[backend] = scaling.calibrate(source, backend=backend)
+        except (ValueError, OSError) as e:
+            out[backend] = f"no calibration: {e}"
+    return out
+
+
+def run_mode(world, args, mode, unavailable, t1, cals):
+    """Trains one mode under DDP; returns its record (meaningful on rank 0)."""
+    import gc
+
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    N, b = world.size, args.batch_size
+    record = dict(mode=mode, world_size=N, available=unavailable is None, reason=unavailable)
+    if unavailable is not None:
+        return record
+    state, hook, wire, issue = mode_hook(mode, world)
+    model, opt = build_model(world, args, sync_bn=args.sync_bn)
+    ddp = DDP(model, device_ids=[world.device.index] if world.device.type == "cuda" else None,
+              bucket_cap_mb=args.bucket_cap_mb)
+    timer = HookTimer(hook, world.clock, wire)
+    ddp.register_comm_hook(state, timer.hook)
+    batches = synthetic_loader(world, args, sharded=True)
+    world.barrier()
+    times, comm, exposed = train(world, args, ddp, opt, batches, f"{mode:<9} N={N}", timer)
+    buckets = timer.buckets()
+    del ddp, model, opt, batches
+    gc.collect()
+
+    # The slowest rank's time per step; communication averaged over the ranks.
+    times = world.reduce(times, torch.distributed.ReduceOp.MAX)
+    comm = [c / N for c in world.reduce(comm + exposed, torch.distributed.ReduceOp.SUM)]
+    comm, exposed = comm[:len(times)], comm[len(times):]
+    alone = comm_alone(world, buckets, issue, wire is not None)
+
+    step = statistics.median(times)
+    comm_s, exposed_s = statistics.median(comm), statistics.median(exposed)
+    grad_bytes = [n * 4 for n, _ in buckets]
+    wire_bytes = [n * size for n, size in buckets]
+    record.update(
+        step_time_s=step, step_times_s=times, images_per_s=N * b / step,
+        comm_s=comm_s, exposed_comm_s=exposed_s, comm_share=comm_s / step,
+        exposed_share=exposed_s / step, compute_s=step - exposed_s,
+        comm_alone_s=alone, comm_alone_share=alone / step,
+        buckets=len(buckets), bucket_bytes=grad_bytes, wire_bytes=wire_bytes,
+        grad_bytes=sum(grad_bytes), calibration=None, prediction=None,
+    )
+    record.update(scaling_figures(N, t1, step))
+    cal = cals.get("stock" if mode == "stock" else "pycomm")
+    if isinstance(cal, str):
+        record["calibration"] = cal
+    elif cal is not None and t1:
+        from pycomm import scaling
+
+        p = scaling.compare_with_measurement(measured_step_s=step, step_compute_s=t1,
+                                             bucket_bytes=wire_bytes, world_size=N,
+                                             calibration=cal, overlap=0.0)
+        record["calibration"] = dict(
+            backend=cal.backend, alpha_s=cal.alpha_s,
+            bandwidth_Bps=None if math.isinf(cal.bandwidth_Bps) else cal.bandwidth_Bps,
+            rows=cal.rows, max_relative_error=cal.max_relative_error,
+            source=cal.source or "sweep in this run")
+        record["prediction"] = dict(
+            overlap=0.0, predicted_step_s=p.predicted_step_s, relative_error=p.relative_error,
+            comm_s=p.comm_s, no_overlap_step_s=p.no_overlap_step_s,
+            full_overlap_step_s=p.full_overlap_step_s)
+    return record
+
+
+def scaling_figures(N, t1, tn):
+    if not t1:
+        return dict(baseline_step_s=None, speedup=None, efficiency=None, amdahl_f=None)
+    s = N * t1 / tn
+    return dict(baseline_step_s=t1, speedup=s, efficiency=s / N,
+                amdahl_f=(N / s - 1) / (N - 1) if N > 1 else None)
+
+
+def run(args):
+    """The work of one rank in one world."""
+    world = World(args)
+    N = world.size
+    names = [m for m in args.modes if m != "stock"]
+    ring_reason = ring_support(world) if names else None
+    if names and ring_reason is None:
+        import pycomm
+
+        pycomm.init()
+    cals = calibrations(world, args, with_pycomm=ring_reason is None and bool(names))
+
+    common = dict(device=world.device.type, backend=world.backend, model=args.model,
+                  image_size=args.image_size, batch_size=args.batch_size, steps=args.steps,
+                  warmup=args.warmup, sync_bn=args.sync_bn, bucket_cap_mb=args.bucket_cap_mb,
+                  threads=world.torch.get_num_threads())
+    records = []
+    t1 = args.baseline_step_s
+    if t1 is None and not args.no_baseline:
+        t1 = run_baseline(world, args)
+        records.append(dict(mode="baseline", world_size=1, available=True, reason=None,
+                            step_time_s=t1, images_per_s=args.batch_size / t1,
+                            comm_s=0.0, exposed_comm_s=0.0, comm_share=0.0, exposed_share=0.0,
+                            compute_s=t1, **scaling_figures(1, t1, t1)))
+    for mode in args.modes:
+        unavailable = None if mode == "stock" else ring_reason
+        records.append(run_mode(world, args, mode, unavailable, t1, cals))
+    for r in records:
+        r.update(common)
+    if world.rank == 0:
+        if args.result_path:
+            with open(args.result_path, "w") as f:
+                json.dump(records, f)
+        else:
+            report(records, args)
+
+
+# --------------------------------------------------------------------------- the report
+
+def _fmt(v, spec, scale=1.0):
+    return "-" if v is None else format(v * scale, spec)
+
+
+def report(records, args):
+    base = next((r for r in records if r["mode"] == "baseline"), None)
+    first = records[0]
+    sizes = sorted({r["world_size"] for r in records if r["mode"] != "baseline"})
+    print(f"# {first['model']} under DDP on {first['device']} ({first['backend']}): "
+          f"N = {', '.join(map(str, sizes))}; {first['image_size']}x{first['image_size']} "
+          f"images, batch {first['batch_size']} per rank, {first['threads']} thread(s) per rank; "
+          f"median of {first['steps']} timed steps after {first['warmup']} warm-up")
+    if base:
+        print(f"# 1-rank baseline (rank 0 alone, no DDP): T1 = {base['step_time_s'] * 1e3:.1f} ms "
+              f"per step, {base['images_per_s']:.1f} images/s")
+    else:
+        print("# no 1-rank baseline (--no-baseline): no speedup, efficiency or Amdahl f")
+    header = (f"{'mode':<10} {'N':>3} {'step ms':>9} {'images/s':>9} {'speedup':>7} {'eff':>6} | "
+              f"{'comm ms':>8} {'exposed':>8} {'share':>6} | {'alone ms':>8} {'share':>6} | "
+              f"{'Amdahl f':>8}")
+    print(header)
+    print("-" * len(header))
+    for r in records:
+        if r["mode"] == "baseline":
+            continue
+        if not r["available"]:
+            print(f"{r['mode']:<10} {r['world_size']:>3}  unavailable: {r['reason']}")
+            continue
+        print(f"{r['mode']:<10} {r['world_size']:>3} {r['step_time_s'] * 1e3:>9.1f} "
+              f"{r['images_per_s']:>9.1f} {_fmt(r['speedup'], '>7.3f')} "
+              f"{_fmt(r['efficiency'], '>6.1%')} | {r['comm_s'] * 1e3:>8.1f} "
+              f"{r['exposed_comm_s'] * 1e3:>8.1f} {r['comm_share']:>6.1%} | "
+              f"{r['comm_alone_s'] * 1e3:>8.1f} {r['comm_alone_share']:>6.1%} | "
+              f"{_fmt(r['amdahl_f'], '>8.3f')}")
+    print("# comm: time a bucket was in flight per step (hook futures); exposed: the wait after "
+          "backward; alone: the same buckets all-reduced with no compute; share = of the step")
+    preds = [r for r in records if r.get("prediction") or isinstance(r.get("calibration"), str)]
+    if preds:
+        print("# scaling model (pycomm.scaling, alpha-beta ring, no overlap; full overlap is the "
+              "lower bound) vs the measured step; alpha, B fitted to "
+              + ("an all-reduce sweep in this run" if not args.calibration else args.calibration))
+        head = (f"{'mode':<10} {'N':>3} {'alpha us':>8} {'B GB/s':>7} {'buckets':>7} "
+                f"{'MB':>7} {'model comm ms':>13} | {'predicted ms':>12} {'full-overlap':>12} | "
+                f"{'measured ms':>11} {'error':>7}")
+        print(head)
+        for r in preds:
+            cal, p = r["calibration"], r.get("prediction")
+            if p is None:
+                print(f"{r['mode']:<10} {r['world_size']:>3}  {cal}")
+                continue
+            bw = cal["bandwidth_Bps"]
+            print(f"{r['mode']:<10} {r['world_size']:>3} {cal['alpha_s'] * 1e6:>8.1f} "
+                  f"{_fmt(bw, '>7.2f', 1e-9) if bw else '    inf'} {r['buckets']:>7} "
+                  f"{sum(r['wire_bytes']) / 1e6:>7.1f} {p['comm_s'] * 1e3:>13.1f} | "
+                  f"{p['predicted_step_s'] * 1e3:>12.1f} {p['full_overlap_step_s'] * 1e3:>12.1f} | "
+                  f"{r['step_time_s'] * 1e3:>11.1f} {p['relative_error']:>+7.1%}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(records, f, indent=1)
+        print(f"# wrote {args.json}")
+    if args.plot:
+        from ddp_plot import plot
+
+        plot(records, args.plot)
+        print(f"# wrote {args.plot}")
+    sys.stdout.flush()
+
+
+# --------------------------------------------------------------------------- the command
+
+def parse_args(argv=None):
+    import torch
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--nproc", default=None,
+                   help="ranks to spawn, or a comma list of world sizes run one after another "
+                        "(default: one per GPU, else 2; ignored under torchrun)")
+    p.add_argument("--device", choices=("cpu", "cuda"),
+                   default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--model", choices=MODELS, default="resnet50",
+                   help="torchvision model (smaller ones for quick tests)")
+    p.add_argument("--classes", type=int, default=10)
+    p.add_argument("--image-size", type=int, default=32)
+    p.add_argument("--batch-size", type=int, default=32, help="images per rank per step")
+    p.add_argument("--steps", type=int, default=30, help="timed steps per mode")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps before them")
+    p.add_argument("--modes", default=DEFAULT_MODES,
+                   help=f"comma list of {', '.join(MODES)} (default {DEFAULT_MODES})")
+    p.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP's bucket_cap_mb")
+    p.add_argument("--sync-bn", action="store_true",
+                   help="convert BatchNorm to SyncBatchNorm (CUDA only)")
+    p.add_argument("--no-baseline", action="store_true", help="skip the 1-rank baseline")
+    p.add_argument("--calibration", metavar="PATH",
+                   help="alpha/B from a bench/allreduce_perf.py --json file instead of a sweep")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", metavar="PATH", help="write the per-mode records here")
+    p.add_argument("--plot", metavar="PATH", help="write a PNG of step times and speedup here")
+    args = p.parse_args(argv)
+
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    bad = [m for m in modes if m not in MODES]
+    if bad or not modes:
+        p.error(f"--modes: unknown {', '.join(bad) or '(none)'}; choose from {', '.join(MODES)}")
+    args.modes = list(dict.fromkeys(modes))
+    if args.device == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda: no CUDA device is available")
+    if args.sync_bn and args.device != "cuda":
+        p.error("--sync-bn: SyncBatchNorm trains only on CUDA devices (it raises on CPU "
+                "tensors); drop --sync-bn or use --device cuda")
+    gpus = torch.cuda.device_count() if args.device == "cuda" else 0
+    try:
+        sizes = ([gpus or 2] if args.nproc is None
+                 else [int(n) for n in str(args.nproc).split(",") if n.strip()])
+    except ValueError:
+        p.error(f"--nproc: expected a number or a comma list of numbers, got {args.nproc!r}")
+    if not sizes or min(sizes) < 1:
+        p.error("--nproc: world sizes must be >= 1")
+    if gpus and max(sizes) > gpus:
+        p.error(f"--nproc: {max(sizes)} ranks but {gpus} GPU(s); NCCL needs one GPU per rank")
+    args.nproc = list(dict.fromkeys(sizes))
+    for name in ("steps", "image_size", "batch_size", "classes"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')}: must be >= 1")
+    if args.warmup < 0:
+        p.error("--warmup: must be >= 0")
+    if args.calibration and not os.path.exists(args.calibration):
+        p.error(f"--calibration: no such file {args.calibration!r}")
+    args.baseline_step_s = None   # set for later worlds: T1 is measured once
+    args.result_path = None       # where rank 0 leaves its records for the launching process
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    backend = "nccl" if args.device == "cuda" else "gloo"
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        launch(run, args, int(os.environ["WORLD_SIZE"]), backend)  # torchrun: rank 0 reports
+        return
+    records = []
+    with tempfile.TemporaryDirectory(prefix="ddp_resnet50-") as tmp:
+        for i, n in enumerate(args.nproc):
+            args.result_path = os.path.join(tmp, f"world{n}.json")
+            launch(run, args, n, backend)
+            with open(args.result_path) as f:
+                world_records = json.load(f)
+            base = next((r for r in world_records if r["mode"] == "baseline"), None)
+            if base is not None:
+                args.baseline_step_s = base["step_time_s"]
+            records.extend(world_records)
+    args.result_path = None
+    report(records, args)
+
+
+if __name__ == "__main__":
+    main()
