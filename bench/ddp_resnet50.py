@@ -88,7 +88,7 @@ BATCHES_PER_RANK = 4
 # Sizes of the all-reduce sweep that calibrates alpha and B: an 8-byte call pins alpha,
 # the large ones B (DDP's buckets are up to 25 MiB).
 CALIBRATION_SIZES = (8, 64 << 10, 1 << 20, 8 << 20, 32 << 20)
-# Seconds of comm-alone repetitions to aim for, and their bounds.
+# Bounds on the repetitions of the comm-alone measurement (about 1 s of them).
 ALONE_REPS = (3, 10)
 
 
@@ -360,7 +360,7 @@ def mode_hook(mode, world):
     return RingState(compression=compression), ring_hook, (2 if compression else None), issue
 
 
-def comm_alone(world, buckets, issue, compressed: bool):
+def comm_alone(world, buckets, issue):
     """Median seconds to all-reduce `buckets` (numel, element size) with no compute."""
     import torch
 
@@ -378,9 +378,9 @@ def comm_alone(world, buckets, issue, compressed: bool):
         world.clock.sync()
         return time.perf_counter() - t0
 
-    first = once()  # warm-up, and the estimate that fixes the repetitions
-    reps = world.reduce([first], world.dist.ReduceOp.MAX)[0]
-    n = int(min(ALONE_REPS[1], max(ALONE_REPS[0], 1.0 / max(reps, 1e-6))))
+    # A warm-up call, whose time (the same on every rank) fixes the repetitions: about 1 s.
+    first = world.reduce([once()], world.dist.ReduceOp.MAX)[0]
+    n = int(min(ALONE_REPS[1], max(ALONE_REPS[0], 1.0 / max(first, 1e-6))))
     samples = [once() for _ in range(n)]
     return world.reduce([statistics.median(samples)], world.dist.ReduceOp.MAX)[0]
 
@@ -466,7 +466,7 @@ def run_mode(world, args, mode, unavailable, t1, cals):
     times = world.reduce(times, torch.distributed.ReduceOp.MAX)
     comm = [c / N for c in world.reduce(comm + exposed, torch.distributed.ReduceOp.SUM)]
     comm, exposed = comm[:len(times)], comm[len(times):]
-    alone = comm_alone(world, buckets, issue, wire is not None)
+    alone = comm_alone(world, buckets, issue)
 
     step = statistics.median(times)
     comm_s, exposed_s = statistics.median(comm), statistics.median(exposed)

@@ -112,6 +112,7 @@ def test_mismatch_raises_on_every_rank(worlds, kind, what):
         assert "rank 0 called" in outcome and "rank 2 called" in outcome
         assert unchanged, f"rank {rank}: input changed"
         assert elapsed < 5.0
+        print(f"[fault] mismatch ({kind}): rank {rank} raised after {elapsed * 1e3:.2f} ms")
         assert ok == 3.0
     assert len({r[0] for r in results}) == 1, "every rank reports the same mismatch"
 
@@ -147,6 +148,8 @@ def test_absent_rank_times_out_naming_it(worlds):
         outcome, elapsed, _, unchanged = results[rank]
         assert "rank 1" in outcome and "timed out" in outcome, outcome
         assert timeout_s * 0.95 <= elapsed <= timeout_s * 1.1 + 0.1, elapsed
+        print(f"[fault] absent rank: rank {rank} raised CommTimeout after {elapsed:.3f} s "
+              f"(timeout {timeout_s} s)")
         assert unchanged
     late = results[1][2]
     assert "aborted by rank" in late, late

@@ -60,7 +60,7 @@ TransportConfig small_buffers() {
 
 // Small integers keep every sum, product and average exact in every dtype.
 double input_value(int rank, size_t i, ReduceOp op) {
-  if (op == ReduceOp::kProduct) return double((1 + (rank + i) % 2) * ((i % 3) ? 1 : -1));
+  if (op == ReduceOp::kProduct) return double(int(1 + (size_t(rank) + i) % 2) * ((i % 3) ? 1 : -1));
   return double(int((i * 7 + size_t(rank) * 13) % 9) - 4);
 }
 
