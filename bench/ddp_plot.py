@@ -54,7 +54,9 @@ def plot(records, path):
         if pts:
             speed.plot([n for n, _ in pts], [s for _, s in pts], "o-",
                        color=COLORS.get(mode, "#17becf"), label=mode)
-    if base is None:
+    if base is not None:
+        speed.plot([1], [1.0], "s", color=COLORS["baseline"], ms=8, label="1-rank baseline (T1)")
+    else:
         speed.text(0.5, 0.5, "no 1-rank baseline:\nno speedup", ha="center", va="center",
                    transform=speed.transAxes)
     speed.set_xticks(sizes)

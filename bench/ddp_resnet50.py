@@ -18,6 +18,9 @@ same initial weights:
                bucket by N, all-reduce SUM), so that its buckets can be timed like the others.
     ring       pycomm.ring_hook, fp32 average.
     ring-bf16  pycomm.ring_hook with RingState(compression="bf16"); ring-fp16 likewise.
+    no-comm    (opt-in) DDP with a hook that reduces nothing: N ranks computing side by side
+               with no communication. On a host with fewer free cores than ranks it shows
+               how much of TN - T1 is the ranks competing for the cores, not the all-reduce.
 
 A ring mode that cannot run here (pycomm.hooks does not import, or a CUDA device while
 pycomm's CUDA transport is missing) is reported as unavailable with the reason.
@@ -70,6 +73,7 @@ import argparse
 import json
 import math
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -79,7 +83,7 @@ from typing import Optional
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_launch import launch  # noqa: E402  (also puts the repository root on sys.path)
 
-MODES = {"stock": None, "ring": None, "ring-bf16": "bf16", "ring-fp16": "fp16"}
+MODES = {"stock": None, "ring": None, "ring-bf16": "bf16", "ring-fp16": "fp16", "no-comm": None}
 MODELS = ("resnet18", "resnet34", "resnet50")
 DEFAULT_MODES = "stock,ring,ring-bf16"
 # Distinct batches per rank in the synthetic data set; the loader cycles through them.
@@ -125,21 +129,21 @@ class HookTimer:
     """Wraps a DDP comm hook to mark, per bucket, when DDP hands it over and when its
     future completes."""
 
-    def __init__(self, hook, clock, wire_element_size: Optional[int]):
+    def __init__(self, hook, clock, wire_dtype=None):
         self.clock = clock
-        self.events = []   # [bucket index, numel, element size, handed-over mark, done mark]
-        wire = wire_element_size
+        # [bucket index, numel, gradient dtype, dtype on the wire, handed-over mark, done mark]
+        self.events = []
 
         # A function, not a callable object: DDP reads the hook's __name__.
         def timed_hook(state, bucket):
             buffer = bucket.buffer()
-            entry = [bucket.index(), buffer.numel(), wire or buffer.element_size(),
+            entry = [bucket.index(), buffer.numel(), buffer.dtype, wire_dtype or buffer.dtype,
                      self.clock.mark(), None]
             self.events.append(entry)
             fut = hook(state, bucket)
 
             def done(f):
-                entry[4] = self.clock.mark()
+                entry[5] = self.clock.mark()
                 return f.value()
 
             return fut.then(done)
@@ -148,8 +152,8 @@ class HookTimer:
 
     def step_comm(self, start):
         """(comm, exposed) seconds of the step that began at `start`; see the module doc."""
-        spans = sorted((self.clock.seconds(start, e[3]), self.clock.seconds(start, e[4]))
-                       for e in self.events if e[4] is not None)
+        spans = sorted((self.clock.seconds(start, e[4]), self.clock.seconds(start, e[5]))
+                       for e in self.events if e[5] is not None)
         if not spans:
             return 0.0, 0.0
         busy, lo, hi = 0.0, spans[0][0], spans[0][1]
@@ -164,8 +168,8 @@ class HookTimer:
         return busy, exposed
 
     def buckets(self):
-        """(numel, wire element size) of each bucket, in the order of the last step."""
-        return [(e[1], e[2]) for e in self.events]
+        """(numel, gradient dtype, wire dtype) of each bucket, in the order of the last step."""
+        return [(e[1], e[2], e[3]) for e in self.events]
 
     def reset(self):
         self.events = []
@@ -233,7 +237,8 @@ def ring_support(world) -> Optional[str]:
 
 
 def synthetic_loader(world, args, sharded: bool):
-    """An endless iterator of (images, labels) batches on the device, and the data set."""
+    """An endless iterator of (images, labels) batches on the device: the epochs of a data
+    set of BATCHES_PER_RANK batches per rank, sharded by DistributedSampler when `sharded`."""
     import torch
     from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
@@ -290,7 +295,8 @@ def train(world, args, model, opt, batches, label, timer=None):
     if world.rank == 0:
         from tqdm import tqdm
 
-        bar = tqdm(total=args.warmup + args.steps, desc=f"{label} warm-up", unit="step",
+        phase = "warm-up" if args.warmup else "timed"
+        bar = tqdm(total=args.warmup + args.steps, desc=f"{label} {phase}", unit="step",
                    file=sys.stderr, leave=True, mininterval=0.5, dynamic_ncols=True)
     clock = world.clock
     times, comm, exposed = [], [], []
@@ -340,7 +346,17 @@ def run_baseline(world, args):
 
 
 def mode_hook(mode, world):
-    """(state, hook, wire element size or None, all-reduce of one tensor for comm alone)."""
+    """(state, hook, dtype on the wire or None for the gradients' own, and the all-reduce of
+    one tensor for the comm-alone measurement, or None)."""
+    if mode == "no-comm":
+        import torch
+
+        def no_comm_hook(state, bucket):
+            fut = torch.futures.Future()
+            fut.set_result(bucket.buffer())
+            return fut
+
+        return None, no_comm_hook, None, None
     if mode == "stock":
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
@@ -348,6 +364,8 @@ def mode_hook(mode, world):
             return world.dist.all_reduce(t, async_op=True)
 
         return None, default_hooks.allreduce_hook, None, issue
+    import torch
+
     import pycomm
     from pycomm.hooks import RingState, ring_hook
 
@@ -357,16 +375,18 @@ def mode_hook(mode, world):
     def issue(t):
         return pycomm.all_reduce(t, op=op, async_op=True)
 
-    return RingState(compression=compression), ring_hook, (2 if compression else None), issue
+    wire = {None: None, "bf16": torch.bfloat16, "fp16": torch.float16}[compression]
+    return RingState(compression=compression), ring_hook, wire, issue
 
 
 def comm_alone(world, buckets, issue):
-    """Median seconds to all-reduce `buckets` (numel, element size) with no compute."""
+    """Median seconds to all-reduce `buckets` (numel, gradient dtype, wire dtype) with no
+    compute."""
     import torch
 
-    dtype = {4: torch.float32, 2: torch.bfloat16, 8: torch.float64}
-    tensors = [torch.zeros(n, dtype=dtype.get(size, torch.float32), device=world.device)
-               for n, size in buckets]
+    if issue is None:
+        return 0.0
+    tensors = [torch.zeros(n, dtype=wire, device=world.device) for n, _, wire in buckets]
 
     def once():
         world.barrier()
@@ -438,7 +458,7 @@ def calibrations(world, args, with_pycomm: bool):
     return out
 
 
-def run_mode(world, args, mode, unavailable, t1, cals):
+def run_mode(world, args, mode, unavailable, t1, cals, contended=None):
     """Trains one mode under DDP; returns its record (meaningful on rank 0)."""
     import gc
 
@@ -470,8 +490,8 @@ def run_mode(world, args, mode, unavailable, t1, cals):
 
     step = statistics.median(times)
     comm_s, exposed_s = statistics.median(comm), statistics.median(exposed)
-    grad_bytes = [n * 4 for n, _ in buckets]
-    wire_bytes = [n * size for n, size in buckets]
+    grad_bytes = [n * dtype.itemsize for n, dtype, _ in buckets]
+    wire_bytes = [n * wire.itemsize for n, _, wire in buckets]
     record.update(
         step_time_s=step, step_times_s=times, images_per_s=N * b / step,
         comm_s=comm_s, exposed_comm_s=exposed_s, comm_share=comm_s / step,
@@ -481,7 +501,7 @@ def run_mode(world, args, mode, unavailable, t1, cals):
         grad_bytes=sum(grad_bytes), calibration=None, prediction=None,
     )
     record.update(scaling_figures(N, t1, step))
-    cal = cals.get("stock" if mode == "stock" else "pycomm")
+    cal = cals.get({"stock": "stock", "no-comm": None}.get(mode, "pycomm"))
     if isinstance(cal, str):
         record["calibration"] = cal
     elif cal is not None and t1:
@@ -498,7 +518,15 @@ def run_mode(world, args, mode, unavailable, t1, cals):
         record["prediction"] = dict(
             overlap=0.0, predicted_step_s=p.predicted_step_s, relative_error=p.relative_error,
             comm_s=p.comm_s, no_overlap_step_s=p.no_overlap_step_s,
-            full_overlap_step_s=p.full_overlap_step_s)
+            full_overlap_step_s=p.full_overlap_step_s, step_compute_s=t1)
+        if contended:
+            q = scaling.compare_with_measurement(measured_step_s=step, step_compute_s=contended,
+                                                 bucket_bytes=wire_bytes, world_size=N,
+                                                 calibration=cal, overlap=0.0)
+            record["prediction_no_comm_compute"] = dict(
+                overlap=0.0, predicted_step_s=q.predicted_step_s,
+                relative_error=q.relative_error, full_overlap_step_s=q.full_overlap_step_s,
+                step_compute_s=contended)
     return record
 
 
@@ -514,13 +542,15 @@ def run(args):
     """The work of one rank in one world."""
     world = World(args)
     N = world.size
-    names = [m for m in args.modes if m != "stock"]
+    names = [m for m in args.modes if m.startswith("ring")]
     ring_reason = ring_support(world) if names else None
     if names and ring_reason is None:
         import pycomm
 
         pycomm.init()
-    cals = calibrations(world, args, with_pycomm=ring_reason is None and bool(names))
+    # alpha and B serve only the prediction, which needs T1.
+    cals = {} if args.no_baseline and args.baseline_step_s is None else \
+        calibrations(world, args, with_pycomm=ring_reason is None and bool(names))
 
     common = dict(device=world.device.type, backend=world.backend, model=args.model,
                   image_size=args.image_size, batch_size=args.batch_size, steps=args.steps,
@@ -534,9 +564,13 @@ def run(args):
                             step_time_s=t1, images_per_s=args.batch_size / t1,
                             comm_s=0.0, exposed_comm_s=0.0, comm_share=0.0, exposed_share=0.0,
                             compute_s=t1, **scaling_figures(1, t1, t1)))
-    for mode in args.modes:
-        unavailable = None if mode == "stock" else ring_reason
-        records.append(run_mode(world, args, mode, unavailable, t1, cals))
+    contended = None
+    # no-comm first: its step is the compute of N ranks side by side, for the model.
+    for mode in sorted(args.modes, key=lambda m: m != "no-comm"):
+        unavailable = ring_reason if mode.startswith("ring") else None
+        records.append(run_mode(world, args, mode, unavailable, t1, cals, contended))
+        if mode == "no-comm" and N > 1:
+            contended = records[-1]["step_time_s"]
     for r in records:
         r.update(common)
     if world.rank == 0:
@@ -550,7 +584,9 @@ def run(args):
 # --------------------------------------------------------------------------- the report
 
 def _fmt(v, spec, scale=1.0):
-    return "-" if v is None else format(v * scale, spec)
+    if v is None:
+        return format("-", re.match(r"[<>^]?\d*", spec).group())  # same width, no number
+    return format(v * scale, spec)
 
 
 def report(records, args):
@@ -585,6 +621,11 @@ def report(records, args):
               f"{_fmt(r['amdahl_f'], '>8.3f')}")
     print("# comm: time a bucket was in flight per step (hook futures); exposed: the wait after "
           "backward; alone: the same buckets all-reduced with no compute; share = of the step")
+    slow = [r for r in records if r.get("speedup") and r["world_size"] > 1 and r["speedup"] < 1]
+    if slow and not any(r["mode"] == "no-comm" for r in records):
+        print("# speedup < 1: if the ranks outnumber the free cores, they slow each other's "
+              "compute too; add no-comm to --modes to measure N ranks computing with no "
+              "communication")
     preds = [r for r in records if r.get("prediction") or isinstance(r.get("calibration"), str)]
     if preds:
         print("# scaling model (pycomm.scaling, alpha-beta ring, no overlap; full overlap is the "
@@ -605,6 +646,11 @@ def report(records, args):
                   f"{sum(r['wire_bytes']) / 1e6:>7.1f} {p['comm_s'] * 1e3:>13.1f} | "
                   f"{p['predicted_step_s'] * 1e3:>12.1f} {p['full_overlap_step_s'] * 1e3:>12.1f} | "
                   f"{r['step_time_s'] * 1e3:>11.1f} {p['relative_error']:>+7.1%}")
+            q = r.get("prediction_no_comm_compute")
+            if q:
+                print(f"{'':<14} with the no-comm step as compute ({q['step_compute_s'] * 1e3:.1f} "
+                      f"ms): predicted {q['predicted_step_s'] * 1e3:.1f} ms, full overlap "
+                      f"{q['full_overlap_step_s'] * 1e3:.1f} ms, error {q['relative_error']:+.1%}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(records, f, indent=1)
@@ -612,8 +658,11 @@ def report(records, args):
     if args.plot:
         from ddp_plot import plot
 
-        plot(records, args.plot)
-        print(f"# wrote {args.plot}")
+        try:
+            plot(records, args.plot)
+            print(f"# wrote {args.plot}")
+        except ValueError as e:  # nothing was measured
+            print(f"# no plot: {e}")
     sys.stdout.flush()
 
 
@@ -633,7 +682,7 @@ def parse_args(argv=None):
     p.add_argument("--classes", type=int, default=10)
     p.add_argument("--image-size", type=int, default=32)
     p.add_argument("--batch-size", type=int, default=32, help="images per rank per step")
-    p.add_argument("--steps", type=int, default=30, help="timed steps per mode")
+    p.add_argument("--steps", type=int, default=25, help="timed steps per mode")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps before them")
     p.add_argument("--modes", default=DEFAULT_MODES,
                    help=f"comma list of {', '.join(MODES)} (default {DEFAULT_MODES})")

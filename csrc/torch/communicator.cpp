@@ -169,6 +169,11 @@ void Communicator::worker_loop() {
     } else {
       execute(*item);
     }
+    // Drop our reference before taking mu_ again: if it is the last one, the
+    // tensor's destructor takes the GIL, and a Python thread may hold the GIL
+    // while it waits for mu_ in submit(). Lock order: GIL, then mu_ - never
+    // the GIL while holding mu_.
+    item.reset();
     lock.lock();
     busy_ = false;
     cv_.notify_all();

@@ -1,0 +1,116 @@
+"""bench/ddp_resnet50.py end to end: a tiny run (2 CPU ranks, resnet18, 16-pixel images,
+batch 4, 2 timed steps) through its command line, checking the JSON records and the PNG.
+
+One run serves every check (spawning ranks costs seconds on a 2-core host). The ring modes
+must run when pycomm.hooks imports here, and be reported unavailable, with the reason,
+when it does not.
+"""
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT = REPO / "bench" / "ddp_resnet50.py"
+MODES = ["stock", "ring", "ring-bf16"]
+REQUIRED = {"mode": str, "world_size": int, "step_time_s": float, "images_per_s": float,
+            "speedup": float, "efficiency": float, "comm_share": float, "amdahl_f": float}
+
+
+def hooks_import():
+    try:
+        import pycomm.hooks  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ddp")
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1")
+    cmd = [sys.executable, str(SCRIPT), "--device", "cpu", "--nproc", "2", "--steps", "2",
+           "--warmup", "1", "--image-size", "16", "--batch-size", "4", "--model", "resnet18",
+           "--modes", ",".join(MODES), "--json", str(out / "ddp.json"),
+           "--plot", str(out / "ddp.png")]
+    # Its own session, so that a hang is ended with every rank it spawned.
+    proc = subprocess.Popen(cmd, cwd=out, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=150)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        pytest.fail(f"ddp_resnet50.py did not finish in 150 s\nstdout:\n{stdout}\n"
+                    f"stderr:\n{stderr[-4000:]}")
+    assert proc.returncode == 0, f"stdout:\n{stdout}\nstderr:\n{stderr[-4000:]}"
+    return out, subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+
+
+def test_json_schema(tiny_run):
+    out, _ = tiny_run
+    records = json.loads((out / "ddp.json").read_text())
+    assert isinstance(records, list)
+    by_mode = {r["mode"]: r for r in records}
+    assert set(by_mode) == {"baseline", *MODES}
+    base = by_mode["baseline"]
+    assert base["world_size"] == 1 and base["speedup"] == pytest.approx(1.0)
+    ring_ok = hooks_import()
+    for mode in MODES:
+        r = by_mode[mode]
+        if mode != "stock" and not ring_ok:
+            assert r["available"] is False and "pycomm.hooks" in r["reason"], r
+            continue
+        assert r["available"] is True, r
+        for key, typ in REQUIRED.items():
+            assert isinstance(r[key], typ), (mode, key, r[key])
+        assert r["world_size"] == 2
+        for key in ("step_time_s", "images_per_s", "speedup", "efficiency", "comm_s",
+                    "comm_alone_s", "baseline_step_s"):
+            assert math.isfinite(r[key]) and r[key] > 0, (mode, key, r[key])
+        assert 0 < r["comm_share"] and 0 <= r["exposed_share"] <= 1
+        assert 0 <= r["exposed_comm_s"] <= r["step_time_s"]
+        # The definitions tie the figures together.
+        assert r["images_per_s"] == pytest.approx(2 * 4 / r["step_time_s"])
+        assert r["speedup"] == pytest.approx(2 * r["baseline_step_s"] / r["step_time_s"])
+        assert r["efficiency"] == pytest.approx(r["speedup"] / 2)
+        assert r["amdahl_f"] == pytest.approx(2 / r["speedup"] - 1)
+        assert len(r["step_times_s"]) == 2
+        # resnet18 with 10 classes: 11,181,642 fp32 gradients in DDP's buckets.
+        assert sum(r["bucket_bytes"]) == 11_181_642 * 4
+        wire = 2 if mode == "ring-bf16" else 4
+        assert sum(r["wire_bytes"]) == 11_181_642 * wire
+        p = r["prediction"]
+        assert p is not None and p["predicted_step_s"] > 0
+        assert p["full_overlap_step_s"] <= p["predicted_step_s"] <= p["no_overlap_step_s"]
+        assert r["calibration"]["alpha_s"] >= 0
+
+
+def test_png_and_table(tiny_run):
+    out, proc = tiny_run
+    png = (out / "ddp.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    assert "1-rank baseline" in proc.stdout
+    assert "Amdahl f" in proc.stdout and "scaling model" in proc.stdout
+    for mode in MODES:
+        assert f"\n{mode} " in proc.stdout
+    assert f"wrote {out / 'ddp.json'}" in proc.stdout
+    assert "timed" in proc.stderr  # the progress bars
+
+
+def test_sync_bn_refused_on_cpu():
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", "--sync-bn"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "--sync-bn" in proc.stderr and "CUDA" in proc.stderr
+
+
+def test_unknown_mode_refused():
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", "--modes", "ring,nope"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "nope" in proc.stderr
