@@ -8,6 +8,9 @@
 #include <cstddef>
 #include <cstdint>
 
+// The kernel is nvcc's only: the glue (cuda_reduce.cpp, compiled by g++)
+// includes this header for the launcher's declaration below.
+#if defined(__CUDACC__)
 namespace pycomm::cuda {
 
 // dst[i] += src[i] for float32, in place.
@@ -32,6 +35,7 @@ __global__ void sum_into_f32(float* __restrict__ dst, const float* __restrict__ 
 }
 
 }  // namespace pycomm::cuda
+#endif  // __CUDACC__
 
 // C entry point for the glue: launches on `stream`, returns the launch status.
 extern "C" cudaError_t pycomm_cuda_sum_into_f32(float* dst, const float* src, size_t n,
