@@ -9,7 +9,9 @@ import torch  # noqa: F401  (loads libc10 and friends, which _C links against)
 
 from . import _C
 from ._C import CollectiveMismatch, CommError, CommTimeout
+from .bucketing import allreduce_gradients
 from .comm import Communicator, all_reduce, barrier, destroy, get_communicator, init
+from .hooks import RingState, ring_hook
 
 CommError.__module__ = CommTimeout.__module__ = CollectiveMismatch.__module__ = "pycomm"
 
@@ -18,12 +20,15 @@ __all__ = [
     "CommError",
     "CommTimeout",
     "Communicator",
+    "RingState",
     "all_reduce",
+    "allreduce_gradients",
     "barrier",
     "cuda_built",
     "destroy",
     "get_communicator",
     "init",
+    "ring_hook",
 ]
 
 

@@ -7,8 +7,6 @@
 The hook returns at once with a future that pycomm's worker thread completes,
 so the all-reduce of one bucket overlaps the backward pass of the next.
 """
-from __future__ import annotations
-
 from typing import Optional
 
 import torch
@@ -50,7 +48,7 @@ class RingState:
         # bucket once per step and waits for it before the next backward.
         self._wire_buffers = {}
 
-    def communicator(self) -> "_comm.Communicator":
+    def communicator(self) -> _comm.Communicator:
         if self._communicator is None:
             self._communicator = _comm.get_communicator(self.group)
         return self._communicator
@@ -61,6 +59,10 @@ class RingState:
 
 
 _DEFAULT_STATE: Optional[RingState] = None
+
+
+def _value(fut):
+    return fut.value()
 
 
 def _state_of(state) -> RingState:
@@ -74,7 +76,8 @@ def _state_of(state) -> RingState:
     return state
 
 
-def ring_hook(state, bucket: "dist.GradBucket") -> torch.futures.Future:
+# DDP checks these annotations: they must be the real classes, not strings.
+def ring_hook(state, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """Averages the bucket's gradients over the group, like DDP's default hook.
 
     Uncompressed: an in-place "avg" all-reduce of the bucket's buffer.
@@ -86,8 +89,10 @@ def ring_hook(state, bucket: "dist.GradBucket") -> torch.futures.Future:
     buffer = bucket.buffer()
     wire = _COMPRESSION[st.compression]
     if wire is None or buffer.dtype == wire or not buffer.is_floating_point():
-        return comm.all_reduce(buffer, op="avg", async_op=True,
-                               algorithm=st.algorithm).get_future()
+        fut = comm.all_reduce(buffer, op="avg", async_op=True, algorithm=st.algorithm)
+        # DDP wants a future holding a Python object; the worker's future holds
+        # a C++ tensor, so hand it over through one (cheap) Python callback.
+        return fut.get_future().then(_value)
     key = (bucket.index(), buffer.numel())
     compressed = st._wire_buffers.get(key)
     if compressed is None:
