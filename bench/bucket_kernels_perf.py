@@ -5,7 +5,9 @@ plain copy of the same bytes and against what torch offers.
 
 One thread (torch.set_num_threads(1)): a rank packs its own gradients. Two
 gradient lists: ResNet-50's parameters (161 tensors, 25.6 M floats) and many
-small tensors. Every row is the median of --iters timed runs after a warm-up.
+small tensors. Every row is the median of --iters timed runs after a warm-up;
+the rows of one list are timed in turns, so that a busy neighbour on a shared
+machine slows them alike and no row finds the caches warmed by its own last run.
 
 Columns: time (µs); GB/s = (bytes of the tensors read + bytes of the result
 written) / time, the same count for every way of computing one result; vs memcpy =
@@ -46,15 +48,16 @@ def small_shapes(count):
     return [(sizes[i % len(sizes)],) for i in range(count)]
 
 
-def median_us(fn, iters, warmup=2):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(iters):
-        t0 = time.perf_counter_ns()
-        fn()
-        times.append(time.perf_counter_ns() - t0)
-    return statistics.median(times) / 1e3
+def time_round_robin(cases, iters, warmup=2):
+    """Median µs of each case's fn, the cases timed in turns."""
+    samples = [[] for _ in cases]
+    for it in range(warmup + iters):
+        for k, case in enumerate(cases):
+            t0 = time.perf_counter_ns()
+            case["fn"]()
+            if it >= warmup:
+                samples[k].append(time.perf_counter_ns() - t0)
+    return [statistics.median(s) / 1e3 for s in samples]
 
 
 def wrong(got, want):
@@ -75,13 +78,10 @@ def run_workload(label, shapes, iters):
     out = torch.empty(total)
     out_bf16 = torch.empty(total, dtype=torch.bfloat16)
     grads = [torch.empty_like(t) for t in ts]
-    rows = []
+    cases = []
 
     def row(name, fn, bytes_moved, check=None):
-        us = median_us(fn, iters)
-        rows.append({"workload": label, "tensors": len(ts), "elements": total, "op": name,
-                     "time_us": us, "gbps": bytes_moved / us / 1e3,
-                     "wrong": check() if check else 0})
+        cases.append({"op": name, "fn": fn, "bytes": bytes_moved, "check": check})
 
     # The ceiling: one contiguous copy of the same bytes, torch's and libc's.
     row("memcpy: out.copy_(src)", lambda: out.copy_(big), 2 * total * f32)
@@ -154,6 +154,12 @@ def run_workload(label, shapes, iters):
         total * (f32 + bf16))
     row("unflatten bf16/s: pycomm", lambda: bucket_ops.unflatten(flat16, grads, scale=1 / s),
         total * (f32 + bf16), check_cast)
+
+    rows = []
+    for case, us in zip(cases, time_round_robin(cases, iters)):
+        rows.append({"workload": label, "tensors": len(ts), "elements": total, "op": case["op"],
+                     "time_us": us, "gbps": case["bytes"] / us / 1e3,
+                     "wrong": case["check"]() if case["check"] else 0})
     return rows
 
 

@@ -315,19 +315,20 @@ def _opcheck_cases(device):
 
     flat = lambda n, dtype=torch.float32: torch.randn(n, dtype=dtype, device=device)  # noqa: E731
     empty = lambda *s, dtype=torch.float32: torch.empty(*s, dtype=dtype, device=device)  # noqa
+    ops = torch.ops.pycomm
     return [
-        (torch.ops.pycomm.flatten.default, ([f(5), f(3, 4), f(0), f(7)],)),
-        (torch.ops.pycomm.flatten.default, ([f(5, rg=True), f(3, 4, rg=True)], torch.bfloat16, 0.5)),
-        (torch.ops.pycomm.flatten.default, ([f(9, dtype=torch.float16)], torch.float64, 3.0)),
-        (torch.ops.pycomm.flatten.default, ([],)),
-        (torch.ops.pycomm.flatten_into.default, ([f(5), f(3, 4)], empty(20, dtype=torch.half), 0.5)),
-        (torch.ops.pycomm.flatten_into.default, ([f(5, rg=True)], empty(5))),
-        (torch.ops.pycomm.flatten_into.default, ([], empty(3))),
-        (torch.ops.pycomm.unflatten.default, (flat(24), [empty(5), empty(3, 4), empty(0), empty(7)])),
-        (torch.ops.pycomm.unflatten.default,
+        (ops.flatten.default, ([f(5), f(3, 4), f(0), f(7)],)),
+        (ops.flatten.default, ([f(5, rg=True), f(3, 4, rg=True)], torch.bfloat16, 0.5)),
+        (ops.flatten.default, ([f(9, dtype=torch.float16)], torch.float64, 3.0)),
+        (ops.flatten.default, ([],)),
+        (ops.flatten_into.default, ([f(5), f(3, 4)], empty(20, dtype=torch.half), 0.5)),
+        (ops.flatten_into.default, ([f(5, rg=True)], empty(5))),
+        (ops.flatten_into.default, ([], empty(3))),
+        (ops.unflatten.default, (flat(24), [empty(5), empty(3, 4), empty(0), empty(7)])),
+        (ops.unflatten.default,
          (flat(17, torch.bfloat16), [empty(5, dtype=torch.double), empty(3, 4, dtype=torch.double)],
           0.25)),
-        (torch.ops.pycomm.unflatten.default, (flat(4), [])),
+        (ops.unflatten.default, (flat(4), [])),
     ]
 
 

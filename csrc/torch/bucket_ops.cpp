@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <tuple>
 #include <vector>
 
 namespace pycomm::bucket {
@@ -116,8 +115,8 @@ void check_unflatten_overlap(const char* op, const at::Tensor& flat, at::TensorL
   for (size_t k = 1; k < written.size(); ++k) {
     const ByteRange& a = written[k - 1];
     const ByteRange& b = written[k];
-    TORCH_CHECK_VALUE(!overlaps(a, b), op, ": tensors[", std::min(a.index, b.index), "] and tensors[",
-                      std::max(a.index, b.index), "] share memory");
+    TORCH_CHECK_VALUE(!overlaps(a, b), op, ": tensors[", std::min(a.index, b.index),
+                      "] and tensors[", std::max(a.index, b.index), "] share memory");
   }
 }
 
@@ -159,7 +158,8 @@ void flatten_into_meta(at::TensorList tensors, const at::Tensor& out, double /*s
 }
 
 void unflatten_meta(const at::Tensor& flat, at::TensorList outs, double /*scale*/) {
-  check_bucket("unflatten", "flat", flat, check_tensor_list("unflatten", "tensors", outs, flat.device()));
+  check_bucket("unflatten", "flat", flat,
+               check_tensor_list("unflatten", "tensors", outs, flat.device()));
 }
 
 // ---- CPU: the core's loops, on the calling thread.
