@@ -8,7 +8,9 @@ calls, each timed on its own), algbw = size/time, busbw = algbw * 2(n-1)/n,
 #wrong (elements that differ from the exact answer in a separate check), the
 ratio of their times, and a memory ceiling measured in the same run: the time
 for every rank at once to memcpy its S bytes twice. `of_ceiling` is
-ceiling time / pycomm time (1.0 = as fast as two plain copies).
+ceiling time / pycomm time (1.0 = as fast as two plain copies). The last two
+columns time pycomm without its restore-on-failure copy (PYCOMM_RESTORE_ON_FAILURE=0),
+to show what that guarantee costs.
 """
 from __future__ import annotations
 
@@ -94,6 +96,11 @@ def run(args):
 
     rank, world = dist.get_rank(), dist.get_world_size()
     comm = pycomm.init()
+    # The same collective without the restore-on-failure copy (see README,
+    # Failure behaviour), to show what that guarantee costs.
+    os.environ["PYCOMM_RESTORE_ON_FAILURE"] = "0"
+    fast = pycomm.Communicator()
+    del os.environ["PYCOMM_RESTORE_ON_FAILURE"]
     dtype = getattr(torch, args.dtype)
     esize = torch.empty((), dtype=dtype).element_size()
     stock_op = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN,
@@ -102,48 +109,68 @@ def run(args):
     rows = []
     header = (f"{'size':>10} {'count':>10} {'type':>8} {'redop':>7} | {'pycomm us':>10} "
               f"{'algbw':>7} {'busbw':>7} {'#wrong':>6} | {stock_backend + ' us':>10} {'busbw':>7} "
-              f"{'#wrong':>6} | {'speedup':>7} | {'2xcopy us':>10} {'of_ceiling':>10}")
+              f"{'#wrong':>6} | {'speedup':>7} | {'2xcopy us':>10} {'of_ceiling':>10} | "
+              f"{'norestore us':>12} {'of_ceiling':>10}")
     if rank == 0:
         print(f"# pycomm all_reduce vs {stock_backend}: {world} ranks, {args.dtype}, op={args.op}, "
               f"algorithm={args.algorithm}; times are medians; busbw in GB/s")
         print(header)
+    # Warm every path up once (page faults, lazy initialisation, CPU clocks)
+    # so that the first row is not charged for it.
+    warm = torch.zeros(1024, dtype=dtype)
+    for _ in range(2000):
+        pycomm.all_reduce(warm, op=args.op, algorithm=args.algorithm)
     for size in sizes(args.minbytes, args.maxbytes, args.stepfactor):
         count = max(size // esize, 0)
         nbytes = count * esize
         x = torch.zeros(count, dtype=dtype)
-        budget = dict(min_time_s=args.min_time, min_iters=args.min_iters, max_iters=args.max_iters,
-                      warmup=args.warmup)
+        src = torch.ones(count, dtype=dtype)
+        dst = torch.empty_like(src)
+        budget = dict(min_time_s=args.min_time / args.rounds, min_iters=args.min_iters,
+                      max_iters=args.max_iters, warmup=args.warmup)
 
         def ours(t=x):
             pycomm.all_reduce(t, op=args.op, algorithm=args.algorithm)
 
-        t_ours = time_calls(ours, **budget)
-        wrong = check_wrong(lambda t: pycomm.all_reduce(t, op=args.op, algorithm=args.algorithm),
-                            count, dtype, args.op, world)
-        t_stock = stock_wrong = None
-        if not args.no_stock:
-            def stock(t=x):
-                dist.all_reduce(t, op=stock_op)
+        def ours_fast(t=x):
+            fast.all_reduce(t, op=args.op, algorithm=args.algorithm)
 
-            t_stock = time_calls(stock, **budget)
-            if args.op != "avg":
-                stock_wrong = check_wrong(lambda t: dist.all_reduce(t, op=stock_op), count, dtype,
-                                          args.op, world)
-        # The ceiling: every rank copies its bytes twice, all at once.
-        src = torch.ones(count, dtype=dtype)
-        dst = torch.empty_like(src)
+        def stock(t=x):
+            dist.all_reduce(t, op=stock_op)
 
         def two_copies():
+            # The ceiling: every rank copies its bytes twice, all at once.
             comm.barrier()
             t0 = time.perf_counter()
             dst.copy_(src)
             src.copy_(dst)
             return time.perf_counter() - t0
 
-        for _ in range(args.warmup):
-            two_copies()
-        n = max(args.min_iters, min(args.max_iters, 50))
-        t_ceiling = statistics.median(two_copies() for _ in range(n))
+        def ceiling():
+            for _ in range(args.warmup):
+                two_copies()
+            return statistics.median(two_copies() for _ in range(max(args.min_iters, 20)))
+
+        # The three are timed in turns, `rounds` times, and each reported time is
+        # the median of its rounds: a shared machine's slow spells then touch all
+        # three alike instead of one column.
+        t_ours_r, t_fast_r, t_stock_r, t_ceiling_r = [], [], [], []
+        for _ in range(args.rounds):
+            t_ours_r.append(time_calls(ours, **budget))
+            t_fast_r.append(time_calls(ours_fast, **budget))
+            if not args.no_stock:
+                t_stock_r.append(time_calls(stock, **budget))
+            t_ceiling_r.append(ceiling())
+        t_ours = statistics.median(t_ours_r)
+        t_fast = statistics.median(t_fast_r)
+        t_stock = statistics.median(t_stock_r) if t_stock_r else None
+        t_ceiling = statistics.median(t_ceiling_r)
+        wrong = check_wrong(lambda t: pycomm.all_reduce(t, op=args.op, algorithm=args.algorithm),
+                            count, dtype, args.op, world)
+        stock_wrong = None
+        if not args.no_stock and args.op != "avg":
+            stock_wrong = check_wrong(lambda t: dist.all_reduce(t, op=stock_op), count, dtype,
+                                      args.op, world)
         del src, dst, x
 
         bus = 2 * (world - 1) / world if world > 1 else 1.0
@@ -155,7 +182,8 @@ def run(args):
                    stock_busbw=None if t_stock is None else nbytes / t_stock / 1e9 * bus,
                    stock_wrong=stock_wrong,
                    speedup=None if t_stock is None else t_stock / t_ours,
-                   ceiling_us=t_ceiling * 1e6, frac_of_ceiling=t_ceiling / t_ours)
+                   ceiling_us=t_ceiling * 1e6, frac_of_ceiling=t_ceiling / t_ours,
+                   no_restore_us=t_fast * 1e6, no_restore_frac_of_ceiling=t_ceiling / t_fast)
         rows.append(row)
         if rank == 0:
             def f(v, fmt):
@@ -164,7 +192,9 @@ def run(args):
                   f"{algbw:>7.2f} {algbw * bus:>7.2f} {wrong:>6} | "
                   f"{f(row['stock_us'], '>10.1f')} {f(row['stock_busbw'], '>7.2f')} "
                   f"{f(stock_wrong, '>6')} | {f(row['speedup'], '>7.1f')} | "
-                  f"{t_ceiling * 1e6:>10.1f} {row['frac_of_ceiling']:>10.2f}", flush=True)
+                  f"{t_ceiling * 1e6:>10.1f} {row['frac_of_ceiling']:>10.2f} | "
+                  f"{t_fast * 1e6:>12.2f} {row['no_restore_frac_of_ceiling']:>10.2f}", flush=True)
+    fast.close()
     if rank == 0:
         total_wrong = sum(r["wrong"] for r in rows)
         print(f"# pycomm #wrong total: {total_wrong}")
@@ -183,7 +213,9 @@ def parse_args(argv=None):
     p.add_argument("-d", "--dtype", choices=DTYPES, default="float32")
     p.add_argument("-o", "--op", choices=OPS, default="sum")
     p.add_argument("--algorithm", default="auto", help="auto | ring | direct")
-    p.add_argument("--min-time", type=float, default=0.25, help="seconds of calls per size")
+    p.add_argument("--min-time", type=float, default=0.3,
+                   help="seconds of calls per size and backend, over all rounds")
+    p.add_argument("--rounds", type=int, default=3, help="times each column is measured, in turns")
     p.add_argument("--min-iters", type=int, default=5)
     p.add_argument("--max-iters", type=int, default=20000)
     p.add_argument("-w", "--warmup", type=int, default=5)

@@ -30,23 +30,40 @@ _REDUCE_OPS = {
     dist.ReduceOp.PRODUCT: "product",
 }
 
-# Tuning knobs, read once per communicator. The defaults were measured on a
-# 2-core host (see README); the environment overrides them for experiments.
+def _default_direct_max_kb(world: int) -> float:
+    # Measured on a 2-core host (bench/allreduce_perf.py --algorithm direct|ring):
+    # two ranks: the pipelined ring is faster from 32 B up (at 32 KiB 4.4 us vs
+    # 9.6 us); three or four: the one-shot, with its single synchronisation, is
+    # faster up to about 64 KiB.
+    return 0.0625 if world == 2 else 64
+
+
+def _default_spin_us(world: int) -> float:
+    # Spinning helps only when every rank has a core of its own; with more ranks
+    # than cores it burns the time slice the awaited rank needs (measured with 3
+    # ranks on 2 cores: 8-byte ring all-reduce 98 us with a 20 us spin, 16 us
+    # without).
+    return 20 if world <= len(os.sched_getaffinity(0)) else 0
+
+
+# Tuning knobs, read once per communicator; the environment overrides them for
+# experiments. Callables take the world size.
 _DEFAULTS = {
     "PYCOMM_DIRECT_KB": 256,         # per-rank slot of the one-shot algorithm
     "PYCOMM_RING_BUFFER_KB": 256,    # one pipelined ring message
     "PYCOMM_RING_BUFFERS": 4,        # ring messages in flight per link
-    "PYCOMM_DIRECT_MAX_KB": 32,      # auto: one-shot up to this size, ring above
-    "PYCOMM_SPIN_US": 20,
+    "PYCOMM_DIRECT_MAX_KB": _default_direct_max_kb,  # auto: one-shot up to this size
+    "PYCOMM_SPIN_US": _default_spin_us,
     "PYCOMM_YIELD_US": 200,
     "PYCOMM_RESTORE_ON_FAILURE": 1,  # keep inputs intact when a collective fails
 }
 
 
-def _env_number(name: str) -> float:
+def _env_number(name: str, world: int) -> float:
     raw = os.environ.get(name)
     if raw is None or raw == "":
-        return _DEFAULTS[name]
+        default = _DEFAULTS[name]
+        return default(world) if callable(default) else default
     try:
         return float(raw)
     except ValueError:
@@ -91,15 +108,16 @@ class Communicator:
         # own count names this communicator identically on every rank.
         serial = store.add(f"pycomm/serial/{self.rank}", 1)
         key = f"pycomm/comm/{serial}"
+        w = self.world_size
         options = dict(
             timeout_s=timeout_s,
-            direct_bytes=int(_env_number("PYCOMM_DIRECT_KB") * 1024),
-            ring_buffer_bytes=int(_env_number("PYCOMM_RING_BUFFER_KB") * 1024),
-            ring_buffers=int(_env_number("PYCOMM_RING_BUFFERS")),
-            direct_max_bytes=int(_env_number("PYCOMM_DIRECT_MAX_KB") * 1024),
-            spin_us=_env_number("PYCOMM_SPIN_US"),
-            yield_us=_env_number("PYCOMM_YIELD_US"),
-            restore_on_failure=bool(_env_number("PYCOMM_RESTORE_ON_FAILURE")),
+            direct_bytes=int(_env_number("PYCOMM_DIRECT_KB", w) * 1024),
+            ring_buffer_bytes=int(_env_number("PYCOMM_RING_BUFFER_KB", w) * 1024),
+            ring_buffers=int(_env_number("PYCOMM_RING_BUFFERS", w)),
+            direct_max_bytes=int(_env_number("PYCOMM_DIRECT_MAX_KB", w) * 1024),
+            spin_us=_env_number("PYCOMM_SPIN_US", w),
+            yield_us=_env_number("PYCOMM_YIELD_US", w),
+            restore_on_failure=bool(_env_number("PYCOMM_RESTORE_ON_FAILURE", w)),
         )
         if self.rank == 0:
             _C.remove_stale_segments()
