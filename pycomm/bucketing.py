@@ -13,9 +13,16 @@ import torch
 from . import comm as _comm
 from .bucket_ops import flatten, unflatten
 
-__all__ = ["allreduce_gradients"]
+__all__ = ["allreduce_gradients", "wire_dtype"]
 
 _COMPRESSION = {None: None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def wire_dtype(compression: Optional[str]) -> Optional[torch.dtype]:
+    """The dtype gradients travel in for `compression` (None: their own)."""
+    if compression not in _COMPRESSION:
+        raise ValueError(f"compression: expected None, 'bf16' or 'fp16', got {compression!r}")
+    return _COMPRESSION[compression]
 
 
 def _buckets(params: List[torch.Tensor], cap_bytes: int) -> List[List[torch.Tensor]]:
@@ -48,8 +55,7 @@ def allreduce_gradients(params: Iterable[torch.Tensor], bucket_cap_mb: float = 2
     with zeros on the ranks that lack it (its .grad is created there), so every
     rank reduces the same buckets; one without a gradient anywhere is skipped.
     """
-    if compression not in _COMPRESSION:
-        raise ValueError(f"compression: expected None, 'bf16' or 'fp16', got {compression!r}")
+    wire = wire_dtype(compression)
     if isinstance(bucket_cap_mb, bool) or not isinstance(bucket_cap_mb, (int, float)) \
             or not bucket_cap_mb > 0:
         raise ValueError(f"bucket_cap_mb: expected a positive number, got {bucket_cap_mb!r}")
@@ -74,7 +80,6 @@ def allreduce_gradients(params: Iterable[torch.Tensor], bucket_cap_mb: float = 2
         live.append(p)
     live.reverse()
 
-    wire = _COMPRESSION[compression]
     in_flight = []
     for bucket in _buckets(live, int(bucket_cap_mb * 1024 * 1024)):
         grads = [p.grad for p in bucket]

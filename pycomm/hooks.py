@@ -14,10 +14,9 @@ import torch.distributed as dist
 
 from . import comm as _comm
 from .bucket_ops import flatten, unflatten
+from .bucketing import wire_dtype
 
 __all__ = ["RingState", "ring_hook"]
-
-_COMPRESSION = {None: None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 class RingState:
@@ -32,8 +31,7 @@ class RingState:
     __slots__ = ("group", "compression", "algorithm", "_communicator", "_wire_buffers")
 
     def __init__(self, group=None, compression: Optional[str] = None, algorithm: str = "auto"):
-        if compression not in _COMPRESSION:
-            raise ValueError(f"compression: expected None, 'bf16' or 'fp16', got {compression!r}")
+        wire_dtype(compression)  # validates
         if algorithm not in _comm._ALGORITHMS:
             raise ValueError(f"algorithm: expected one of {', '.join(_comm._ALGORITHMS)}, "
                              f"got {algorithm!r}")
@@ -87,7 +85,7 @@ def ring_hook(state, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tens
     st = _state_of(state)
     comm = st.communicator()
     buffer = bucket.buffer()
-    wire = _COMPRESSION[st.compression]
+    wire = wire_dtype(st.compression)
     if wire is None or buffer.dtype == wire or not buffer.is_floating_point():
         fut = comm.all_reduce(buffer, op="avg", async_op=True, algorithm=st.algorithm)
         # DDP wants a future holding a Python object; the worker's future holds

@@ -25,8 +25,11 @@ if ! MAX_JOBS=${MAX_JOBS:-2} "$PY" setup.py build_ext --inplace >build/setup.log
   echo "setup: the build failed; the whole log is in build/setup.log" >&2
   exit 1
 fi
-# The package itself (editable: this checkout) and its `pycomm` command.
-if ! have "import pycomm, importlib.metadata as m; m.version('pycomm')" || ! command -v pycomm >/dev/null; then
+# The package itself (editable: this checkout) and its `pycomm` command; again
+# when the installed one is another checkout's.
+here=$(pwd -P)
+installed=$(cd / && "$PY" -c "import os, pycomm; print(os.path.dirname(os.path.dirname(os.path.realpath(pycomm.__file__))))" 2>/dev/null || true)
+if [ "$installed" != "$here" ] || ! command -v pycomm >/dev/null; then
   echo "setup: installing pycomm (editable)"
   PYCOMM_SKIP_BUILD=1 "$PY" -m pip install --quiet --no-build-isolation --no-deps -e .
 fi

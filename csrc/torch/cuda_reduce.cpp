@@ -8,20 +8,13 @@
 #include <torch/library.h>
 
 #include "../cuda/reduce_launch.h"
+#include "sum_into_op.h"
 
 namespace pycomm {
 namespace {
 
 at::Tensor& sum_into_cuda(at::Tensor& dst, const at::Tensor& src) {
-  // Same checks as the CPU kernel; kept beside the launch they guard.
-  TORCH_CHECK_VALUE(dst.is_cuda() && src.is_cuda(), "sum_into: tensors must be CUDA tensors");
-  TORCH_CHECK_VALUE(dst.device() == src.device(), "sum_into: dst and src on different devices");
-  TORCH_CHECK_TYPE(dst.scalar_type() == at::kFloat && src.scalar_type() == at::kFloat,
-                   "sum_into: only float32 is implemented, got ", dst.scalar_type());
-  TORCH_CHECK_VALUE(dst.is_contiguous() && src.is_contiguous(),
-                    "sum_into: tensors must be contiguous");
-  TORCH_CHECK_VALUE(dst.numel() == src.numel(), "sum_into: sizes differ: ", dst.numel(), " vs ",
-                    src.numel());
+  check_sum_into_args(dst, src, c10::DeviceType::CUDA);
   c10::cuda::CUDAGuard guard(dst.device());
   C10_CUDA_CHECK(pycomm_cuda_sum_into_f32(dst.data_ptr<float>(), src.data_ptr<float>(),
                                           size_t(dst.numel()),

@@ -5,19 +5,27 @@
 #include <torch/library.h>
 
 #include "../core/reduce_kernels.h"
+#include "sum_into_op.h"
 
 namespace pycomm {
-namespace {
 
-at::Tensor& sum_into_cpu(at::Tensor& dst, const at::Tensor& src) {
-  TORCH_CHECK_VALUE(dst.device().is_cpu() && src.device().is_cpu(),
-                    "sum_into: tensors must be on the CPU");
+void check_sum_into_args(const at::Tensor& dst, const at::Tensor& src, c10::DeviceType device_type) {
+  TORCH_CHECK_VALUE(dst.device().type() == device_type && src.device().type() == device_type,
+                    "sum_into: dst and src must be ", device_type, " tensors, got ", dst.device(),
+                    " and ", src.device());
+  TORCH_CHECK_VALUE(dst.device() == src.device(), "sum_into: dst and src on different devices");
   TORCH_CHECK_TYPE(dst.scalar_type() == at::kFloat && src.scalar_type() == at::kFloat,
                    "sum_into: only float32 is implemented, got ", dst.scalar_type());
   TORCH_CHECK_VALUE(dst.is_contiguous() && src.is_contiguous(),
                     "sum_into: tensors must be contiguous");
   TORCH_CHECK_VALUE(dst.numel() == src.numel(), "sum_into: sizes differ: ", dst.numel(), " vs ",
                     src.numel());
+}
+
+namespace {
+
+at::Tensor& sum_into_cpu(at::Tensor& dst, const at::Tensor& src) {
+  check_sum_into_args(dst, src, c10::DeviceType::CPU);
   // ring_middle's pointers are restrict-qualified, so it writes a fresh buffer.
   at::Tensor out = at::empty_like(dst);
   core::ring_middle(core::DType::kFloat32, core::ReduceOp::kSum, dst.data_ptr(), src.data_ptr(),
