@@ -26,18 +26,16 @@ void direct(ShmTransport& t, const AllReduceArgs& a, const Fingerprint& fp, Inpu
   const size_t esize = dtype_size(a.dtype);
   const size_t piece_elems = t.direct_bytes() / esize;
   const int world = t.world();
-  std::vector<const void*> srcs(size_t(world), nullptr);
   char* data = static_cast<char*>(a.data);
   size_t done = 0;
   do {
     const size_t n = a.count - done < piece_elems ? a.count - done : piece_elems;
     std::memcpy(t.my_next_direct_slot(), data + done * esize, n * esize);
     t.handshake(fp);
-    for (int r = 0; r < world; ++r) srcs[size_t(r)] = t.direct_slot(r);
     // A one-piece collective writes the tensor after its only wait, so it
     // needs no backup; a multi-piece one saves each piece it overwrites.
     if (n < a.count) backup.save(done * esize, n * esize);
-    reduce_sources(a.dtype, a.op, data + done * esize, srcs.data(), world, n, world);
+    reduce_sources(a.dtype, a.op, data + done * esize, t.direct_slots(), world, n, world);
     done += n;
   } while (done < a.count);
 }
@@ -49,7 +47,15 @@ void ring(ShmTransport& t, const AllReduceArgs& a, const Fingerprint& fp, InputB
   const size_t esize = dtype_size(a.dtype);
   const size_t sub_elems = t.ring_buffer_bytes() / accum_size(a.dtype);
   const size_t nsub = num_subchunks(a.count, world, sub_elems);
-  const std::vector<RingStep> steps = ring_steps(rank, world);
+  // The actions depend on (rank, world) alone: computed once per thread, so a
+  // small collective allocates nothing.
+  thread_local std::vector<RingStep> steps;
+  thread_local int steps_for[2] = {-1, -1};
+  if (steps_for[0] != rank || steps_for[1] != world) {
+    steps = ring_steps(rank, world);
+    steps_for[0] = rank;
+    steps_for[1] = world;
+  }
   char* data = static_cast<char*>(a.data);
   for (size_t j = 0; j < nsub; ++j) {
     for (const RingStep& step : steps) {

@@ -126,6 +126,7 @@ ShmTransport::ShmTransport(int rank, int world, std::shared_ptr<ShmSegment> segm
       segment_(std::move(segment)),
       layout_(layout_for(world, config)),
       config_(config) {
+  slot_ptrs_.assign(size_t(world), nullptr);
   control(rank_).own.pid.store(int32_t(getpid()), std::memory_order_release);
   header().attached.fetch_add(1, std::memory_order_acq_rel);
 }

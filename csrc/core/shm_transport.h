@@ -3,7 +3,7 @@
 // (allreduce.cpp) drive it through three primitives:
 //   handshake()          every rank declares the collective it entered; all
 //                        wait for all; a disagreement raises CollectiveMismatch;
-//   direct_slot()        a per-rank slot that every peer may read after the
+//   direct_slots()       a per-rank slot that every peer may read after the
 //                        handshake that published it;
 //   send_*/recv_*        a single-producer single-consumer link from each rank
 //                        to rank+1 through ring_buffers buffers.
@@ -72,8 +72,13 @@ class ShmTransport {
 
   // The direct slot this rank fills for its next handshake.
   void* my_next_direct_slot() { return at(layout_.direct_offset(rank_, arrived_ + 1)); }
-  // Rank r's slot for the handshake that just completed.
-  const void* direct_slot(int r) const { return at(layout_.direct_offset(r, arrived_)); }
+  // Every rank's slot for the handshake that just completed, in rank order.
+  const void* const* direct_slots() {
+    for (int r = 0; r < world_; ++r) {
+      slot_ptrs_[size_t(r)] = at(layout_.direct_offset(r, arrived_));
+    }
+    return slot_ptrs_.data();
+  }
 
   // Publishes `fp` (and this rank's direct slot), waits until every rank has
   // entered, and compares fingerprints. Throws CollectiveMismatch, identically
@@ -123,6 +128,7 @@ class ShmTransport {
   uint64_t sent_ = 0;
   uint64_t received_ = 0;
 
+  std::vector<const void*> slot_ptrs_;  // direct_slots()'s answer, sized once
   const char* what_ = "collective";
   uint64_t deadline_ns_ = 0;
 };
