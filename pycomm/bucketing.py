@@ -62,6 +62,11 @@ def allreduce_gradients(params: Iterable[torch.Tensor], bucket_cap_mb: float = 2
     params = [p for p in params if isinstance(p, torch.Tensor) and p.requires_grad]
     if not params:
         return
+    # Checked before anything is sent, so a bad gradient costs no collective.
+    for p in params:
+        if p.grad is not None and (p.grad.is_sparse or not p.grad.is_contiguous()):
+            raise ValueError("params: gradients must be dense and contiguous; got one with "
+                             f"layout {p.grad.layout} and strides {tuple(p.grad.stride())}")
     comm = _comm.get_communicator(group)
     world = comm.world_size
 
@@ -73,10 +78,7 @@ def allreduce_gradients(params: Iterable[torch.Tensor], bucket_cap_mb: float = 2
         if not flag:
             continue
         if p.grad is None:
-            p.grad = torch.zeros_like(p)
-        if p.grad.is_sparse or not p.grad.is_contiguous():
-            raise ValueError("params: gradients must be dense and contiguous; got one with "
-                             f"layout {p.grad.layout} and strides {tuple(p.grad.stride())}")
+            p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
         live.append(p)
     live.reverse()
 

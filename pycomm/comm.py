@@ -203,10 +203,16 @@ _communicators: dict = {}
 _lock = threading.Lock()
 
 
+def _key(group):
+    # The default group has two spellings; both name one communicator.
+    return None if group is dist.GroupMember.WORLD else group
+
+
 def init(group=None, timeout=None) -> Communicator:
     """Creates (collectively) the communicator for `group` and makes it the one
     that pycomm.all_reduce(..., group=group) uses. Returns the existing one if
-    there is one."""
+    there is one (its timeout stays as it was)."""
+    group = _key(group)
     with _lock:
         comm = _communicators.get(group)
         if comm is None:
@@ -216,14 +222,14 @@ def init(group=None, timeout=None) -> Communicator:
 
 
 def get_communicator(group=None) -> Communicator:
-    comm = _communicators.get(group)
+    comm = _communicators.get(_key(group))
     return comm if comm is not None else init(group)
 
 
 def destroy(group=None) -> None:
     """Closes the communicator of `group` (collective use of it must be over)."""
     with _lock:
-        comm = _communicators.pop(group, None)
+        comm = _communicators.pop(_key(group), None)
     if comm is not None:
         comm.close()
 
