@@ -235,7 +235,9 @@ TEST(absent_rank_times_out_names_it_and_aborts_for_everyone) {
     all_reduce(*w.ranks[r], a, AllReduceTuning{}, backups[r]);
   });
   const double elapsed = double(monotonic_ns() - t0) * 1e-9;
-  CHECK(elapsed >= 0.3 && elapsed < 0.6);
+  // At the deadline, not before; the upper bound leaves room for sanitizer builds
+  // on a loaded machine (the Python tests hold the 10% bound).
+  CHECK(elapsed >= 0.3 && elapsed < 1.5);
   for (int r = 0; r < 2; ++r) {
     CHECK(errors[r].rfind("timeout: ", 0) == 0);
     CHECK(errors[r].find("rank 2") != std::string::npos);
@@ -249,10 +251,9 @@ TEST(absent_rank_times_out_names_it_and_aborts_for_everyone) {
 }
 
 TEST(ring_failure_midway_restores_the_input) {
-  // Rank 1 runs a smaller collective than it claims... not possible through the
-  // API; instead rank 1 stops after a few ring messages by running a ring
-  // collective of the same shape whose peer vanishes: emulate by letting rank 1
-  // take part in the handshake only.
+  // Rank 1 enters the same ring collective, passes two messages each way, then
+  // stops answering: rank 0 has overwritten part of its tensor by then, and
+  // must put it back when it times out.
   TransportConfig c = small_buffers();
   c.timeout_s = 0.3;
   World w(2, c);
