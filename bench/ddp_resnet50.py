@@ -80,6 +80,9 @@ import tempfile
 import time
 from typing import Optional
 
+# Where the JSON and the plot go unless told otherwise (ignored by git).
+_OUT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_launch import launch  # noqa: E402  (also puts the repository root on sys.path)
 
@@ -693,9 +696,14 @@ def parse_args(argv=None):
     p.add_argument("--calibration", metavar="PATH",
                    help="alpha/B from a bench/allreduce_perf.py --json file instead of a sweep")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", metavar="PATH", help="write the per-mode records here")
-    p.add_argument("--plot", metavar="PATH", help="write a PNG of step times and speedup here")
+    p.add_argument("--json", metavar="PATH", default=os.path.join(_OUT_DIR, "ddp_resnet50.json"),
+                   help="write the per-mode records here (default %(default)s; '' for none)")
+    p.add_argument("--plot", metavar="PATH", default=os.path.join(_OUT_DIR, "ddp_resnet50.png"),
+                   help="write a PNG of step times and speedup here (default %(default)s; '' for none)")
     args = p.parse_args(argv)
+    for path in (args.json, args.plot):
+        if path:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
 
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     bad = [m for m in modes if m not in MODES]
