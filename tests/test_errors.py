@@ -170,3 +170,23 @@ def test_bad_timeout_is_rejected():
         with pytest.raises(ValueError, match="timeout"):
             _timeout_seconds(bad)
     assert _timeout_seconds(2) == 2.0
+
+
+def async_mismatch_case():
+    t = torch.ones(10 + dist.get_rank())
+    work = pycomm.all_reduce(t, async_op=True)
+    seen = []
+    for wait in (lambda: work.get_future().wait(), work.wait):
+        try:
+            wait()
+            seen.append("no error")
+        except pycomm.CollectiveMismatch:
+            seen.append("CollectiveMismatch")
+        except Exception as e:  # noqa: BLE001
+            seen.append(type(e).__name__)
+    return seen
+
+
+def test_async_errors_keep_their_type(worlds):
+    for seen in worlds(2).run(async_mismatch_case):
+        assert seen == ["CollectiveMismatch", "CollectiveMismatch"]
