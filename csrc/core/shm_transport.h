@@ -64,7 +64,6 @@ class ShmTransport {
   const std::string& name() const { return segment_->name(); }
   size_t direct_bytes() const { return layout_.direct_bytes; }
   size_t ring_buffer_bytes() const { return layout_.ring_buffer_bytes; }
-  const TransportConfig& config() const { return config_; }
 
   // Starts a collective: sets its deadline, fails at once if the communicator
   // was aborted.
@@ -84,7 +83,6 @@ class ShmTransport {
   // entered, and compares fingerprints. Throws CollectiveMismatch, identically
   // on every rank, when they differ.
   void handshake(const Fingerprint& fp);
-  uint64_t sequence() const { return arrived_; }
 
   void* send_buffer();
   void send_commit();
