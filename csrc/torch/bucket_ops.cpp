@@ -5,6 +5,7 @@
 // torch.compile (which could not infer a device for an empty list otherwise).
 // The CUDA kernels are in bucket_ops_cuda.cpp.
 #include "bucket_ops.h"
+#include "dtype_map.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/DefaultDtype.h>
@@ -17,13 +18,11 @@
 namespace pycomm::bucket {
 
 bool to_bucket_dtype(at::ScalarType t, core::DType* out) {
-  switch (t) {
-    case at::kFloat: *out = core::DType::kFloat32; return true;
-    case at::kDouble: *out = core::DType::kFloat64; return true;
-    case at::kHalf: *out = core::DType::kFloat16; return true;
-    case at::kBFloat16: *out = core::DType::kBFloat16; return true;
-    default: return false;
-  }
+  // The one torch -> core dtype map (dtype_map.h), limited to floating types.
+  core::DType d;
+  if (!to_core_dtype(t, &d) || !core::is_floating(d)) return false;
+  *out = d;
+  return true;
 }
 
 c10::SymInt check_tensor_list(const char* op, const char* name, at::TensorList ts,

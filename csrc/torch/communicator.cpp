@@ -40,6 +40,20 @@ void check_tensor(const at::Tensor& t, core::DType* dtype) {
 
 }  // namespace
 
+void WorkItem::finish(std::exception_ptr err) {
+  error = std::move(err);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    done = true;
+  }
+  cv.notify_all();
+  if (error) {
+    future->setError(error);
+  } else {
+    future->markCompleted(c10::IValue(collective.tensor));
+  }
+}
+
 void WorkItem::wait() {
   std::unique_lock<std::mutex> lock(mu);
   cv.wait(lock, [&] { return done; });
@@ -64,45 +78,46 @@ void Communicator::unlink_name() { transport_->unlink_name(); }
 
 std::shared_ptr<WorkItem> Communicator::all_reduce(const at::Tensor& tensor, const std::string& op,
                                                    bool async_op, const std::string& algorithm) {
-  auto item = std::make_shared<WorkItem>();
-  if (!to_core_op(op, &item->args.op)) {
+  Collective c;
+  if (!to_core_op(op, &c.args.op)) {
     throw py::value_error("op: unknown reduction '" + op +
                           "'; expected one of sum, avg, max, min, product");
   }
-  if (!to_core_algorithm(algorithm, &item->args.algorithm)) {
+  if (!to_core_algorithm(algorithm, &c.args.algorithm)) {
     throw py::value_error("algorithm: unknown algorithm '" + algorithm +
                           "'; expected one of auto, ring, direct");
   }
-  check_tensor(tensor, &item->args.dtype);
-  if (item->args.op == core::ReduceOp::kAvg && !core::is_floating(item->args.dtype)) {
+  check_tensor(tensor, &c.args.dtype);
+  if (c.args.op == core::ReduceOp::kAvg && !core::is_floating(c.args.dtype)) {
     // gloo rejects AVG outright; for integers a rounding rule would have to be
     // invented, so ask for an explicit sum instead.
     throw py::value_error("op: 'avg' is not defined for integer tensors (dtype " +
-                          std::string(core::dtype_name(item->args.dtype)) +
+                          std::string(core::dtype_name(c.args.dtype)) +
                           "); use op='sum' and divide");
   }
-  item->tensor = tensor;
-  item->args.data = tensor.data_ptr();
-  item->args.count = size_t(tensor.numel());
-  return submit(std::move(item), async_op);
+  c.tensor = tensor;
+  c.args.data = tensor.data_ptr();
+  c.args.count = size_t(tensor.numel());
+  return submit(std::move(c), async_op);
 }
 
 void Communicator::barrier() {
-  auto item = std::make_shared<WorkItem>();
-  item->kind = core::CollectiveKind::kBarrier;
-  submit(std::move(item), false);
+  Collective c;
+  c.kind = core::CollectiveKind::kBarrier;
+  submit(std::move(c), false);
 }
 
-std::shared_ptr<WorkItem> Communicator::submit(std::shared_ptr<WorkItem> item, bool async_op) {
+std::shared_ptr<WorkItem> Communicator::submit(Collective c, bool async_op) {
   std::unique_lock<std::mutex> lock(mu_);
   if (closing_) throw core::CommError("pycomm: the communicator is closed");
   if (!async_op && queue_.empty() && !busy_) {
-    // Idle and synchronous: run here, without a thread hop.
+    // Idle and synchronous: run here, without a thread hop or a queued item.
     busy_ = true;
     lock.unlock();
+    std::exception_ptr error;
     {
       py::gil_scoped_release no_gil;
-      execute(*item);
+      error = run(c);
     }
     lock.lock();
     busy_ = false;
@@ -111,9 +126,10 @@ std::shared_ptr<WorkItem> Communicator::submit(std::shared_ptr<WorkItem> item, b
     const bool wake = !queue_.empty() || closing_;
     lock.unlock();
     if (wake) cv_.notify_all();
-    if (item->error) std::rethrow_exception(item->error);
+    if (error) std::rethrow_exception(error);
     return nullptr;
   }
+  auto item = std::make_shared<WorkItem>(std::move(c));
   item->future = c10::make_intrusive<c10::ivalue::Future>(c10::TensorType::get());
   queue_.push_back(item);
   lock.unlock();
@@ -124,28 +140,17 @@ std::shared_ptr<WorkItem> Communicator::submit(std::shared_ptr<WorkItem> item, b
   return nullptr;
 }
 
-void Communicator::execute(WorkItem& item) {
+std::exception_ptr Communicator::run(const Collective& c) {
   try {
-    if (item.kind == core::CollectiveKind::kBarrier) {
+    if (c.kind == core::CollectiveKind::kBarrier) {
       core::barrier(*transport_);
     } else {
-      core::all_reduce(*transport_, item.args, options_.tuning, backup_);
+      core::all_reduce(*transport_, c.args, options_.tuning, backup_);
     }
   } catch (...) {
-    item.error = std::current_exception();
+    return std::current_exception();
   }
-  {
-    std::lock_guard<std::mutex> lock(item.mu);
-    item.done = true;
-  }
-  item.cv.notify_all();
-  if (item.future) {
-    if (item.error) {
-      item.future->setError(item.error);
-    } else {
-      item.future->markCompleted(c10::IValue(item.tensor));
-    }
-  }
+  return nullptr;
 }
 
 void Communicator::worker_loop() {
@@ -158,17 +163,9 @@ void Communicator::worker_loop() {
     busy_ = true;
     const bool closing = closing_;
     lock.unlock();
-    if (closing) {
-      item->error = std::make_exception_ptr(core::CommError("pycomm: the communicator was closed"));
-      {
-        std::lock_guard<std::mutex> l(item->mu);
-        item->done = true;
-      }
-      item->cv.notify_all();
-      if (item->future) item->future->setError(item->error);
-    } else {
-      execute(*item);
-    }
+    item->finish(closing ? std::make_exception_ptr(
+                               core::CommError("pycomm: the communicator was closed"))
+                         : run(item->collective));
     // Drop our reference before taking mu_ again: if it is the last one, the
     // tensor's destructor takes the GIL, and a Python thread may hold the GIL
     // while it waits for mu_ in submit(). Lock order: GIL, then mu_ - never

@@ -26,18 +26,26 @@ struct CommunicatorOptions {
   core::AllReduceTuning tuning;
 };
 
-// One queued collective. `future` completes with the tensor (or the error).
-struct WorkItem {
+// What to run: a collective and its (already checked) arguments.
+struct Collective {
   core::CollectiveKind kind = core::CollectiveKind::kAllReduce;
-  at::Tensor tensor;
+  at::Tensor tensor;  // keeps the memory alive while the collective runs
   core::AllReduceArgs args;
+};
+
+// A collective that went through the queue. `future` completes with the
+// tensor (or the error).
+struct WorkItem {
+  explicit WorkItem(Collective c) : collective(std::move(c)) {}
+  Collective collective;
   c10::intrusive_ptr<c10::ivalue::Future> future;
   std::exception_ptr error;  // the original typed exception, for Work.wait()
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
 
-  void wait();  // blocks until done; rethrows the typed exception
+  void finish(std::exception_ptr err);  // records the outcome, wakes waiters
+  void wait();                          // blocks until done; rethrows the typed exception
 };
 
 class Communicator {
@@ -63,8 +71,8 @@ class Communicator {
   const CommunicatorOptions& options() const { return options_; }
 
  private:
-  std::shared_ptr<WorkItem> submit(std::shared_ptr<WorkItem> item, bool async_op);
-  void execute(WorkItem& item);
+  std::shared_ptr<WorkItem> submit(Collective c, bool async_op);
+  std::exception_ptr run(const Collective& c);  // the error, or null
   void worker_loop();
 
   std::unique_ptr<core::ShmTransport> transport_;
