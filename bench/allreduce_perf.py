@@ -138,7 +138,7 @@ def run(args):
         def stock(t=x):
             dist.all_reduce(t, op=stock_op)
 
-        def two_copies():
+        def two_copies(src=src, dst=dst):
             # The ceiling: every rank copies its bytes twice, all at once.
             comm.barrier()
             t0 = time.perf_counter()

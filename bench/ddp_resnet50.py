@@ -22,8 +22,8 @@ same initial weights:
                with no communication. On a host with fewer free cores than ranks it shows
                how much of TN - T1 is the ranks competing for the cores, not the all-reduce.
 
-A ring mode that cannot run here (pycomm.hooks does not import, or a CUDA device while
-pycomm's CUDA transport is missing) is reported as unavailable with the reason.
+A ring mode that cannot run here (a CUDA device while pycomm's CUDA transport is missing)
+is reported as unavailable with the reason.
 
 What is timed. A step is zero_grad + forward + backward (which includes DDP's wait for the
 all-reduce of every bucket) + optimizer step, on a batch already on the device: the
@@ -217,13 +217,10 @@ class World:
 
 def ring_support(world) -> Optional[str]:
     """None when pycomm's ring hook can run on this world's device, else why not."""
+    import pycomm
+
     reason = None
-    try:
-        import pycomm
-        from pycomm.hooks import RingState, ring_hook  # noqa: F401
-    except Exception as e:  # the import is what is being probed
-        reason = f"pycomm.hooks does not import ({type(e).__name__}: {e})"
-    if reason is None and world.device.type == "cuda":
+    if world.device.type == "cuda":
         if not pycomm.cuda_built():
             reason = "pycomm was built without CUDA: its CUDA transport is not available"
         else:
@@ -351,9 +348,9 @@ def run_baseline(world, args):
 def mode_hook(mode, world):
     """(state, hook, dtype on the wire or None for the gradients' own, and the all-reduce of
     one tensor for the comm-alone measurement, or None)."""
-    if mode == "no-comm":
-        import torch
+    import torch
 
+    if mode == "no-comm":
         def no_comm_hook(state, bucket):
             fut = torch.futures.Future()
             fut.set_result(bucket.buffer())
@@ -367,8 +364,6 @@ def mode_hook(mode, world):
             return world.dist.all_reduce(t, async_op=True)
 
         return None, default_hooks.allreduce_hook, None, issue
-    import torch
-
     import pycomm
     from pycomm.hooks import RingState, ring_hook
 

@@ -11,7 +11,7 @@ import datetime
 import os
 import threading
 import time
-from typing import Optional, Union
+from typing import Union
 
 import torch
 import torch.distributed as dist

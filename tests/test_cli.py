@@ -7,7 +7,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-import torch  # noqa: F401  pycomm's extension needs torch's libraries loaded first
+import torch
 
 from pycomm import scaling
 from pycomm.cli import main

@@ -3,7 +3,6 @@ import json
 import math
 
 import pytest
-import torch  # noqa: F401  pycomm's extension needs torch's libraries loaded first
 
 from pycomm import scaling
 from pycomm.scaling import (MIB, Cluster, Interconnect, Sync, Workload, bucketed_allreduce_time,
