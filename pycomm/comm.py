@@ -148,8 +148,15 @@ class Communicator:
 
     def all_reduce(self, tensor, op="sum", async_op=False, algorithm="auto"):
         """In-place all-reduce; see pycomm.all_reduce."""
-        return self._impl.all_reduce(_check_tensor_type(tensor), _op_name(op), async_op,
-                                     _algorithm_name(algorithm))
+        # The common case (a tensor, string op and algorithm) costs three class
+        # checks here; the native layer validates the strings themselves.
+        if tensor.__class__ is not torch.Tensor:
+            _check_tensor_type(tensor)
+        if op.__class__ is not str:
+            op = _op_name(op)
+        if algorithm.__class__ is not str:
+            _algorithm_name(algorithm)
+        return self._impl.all_reduce(tensor, op, async_op, algorithm)
 
     def barrier(self):
         """Returns once every rank of the group has called barrier()."""
@@ -246,14 +253,7 @@ def all_reduce(tensor: torch.Tensor, op: Union[str, "dist.ReduceOp"] = "sum", gr
     comm = _communicators.get(group)
     if comm is None:
         comm = init(group)
-    impl = comm._impl
-    if op.__class__ is not str:
-        op = _op_name(op)
-    if tensor.__class__ is not torch.Tensor:
-        _check_tensor_type(tensor)
-    if algorithm.__class__ is not str:
-        _algorithm_name(algorithm)
-    return impl.all_reduce(tensor, op, async_op, algorithm)
+    return comm.all_reduce(tensor, op, async_op, algorithm)
 
 
 def barrier(group=None) -> None:
