@@ -437,7 +437,7 @@ def calibration_sweep(world, with_pycomm: bool):
 
 def calibrations(world, args, with_pycomm: bool):
     """{"stock": Calibration or reason, "pycomm": ...}: alpha and B for the model."""
-    from pycomm import scaling
+    from pycomm.tools import scaling
 
     if world.size < 2:
         return {}
@@ -503,7 +503,7 @@ def run_mode(world, args, mode, unavailable, t1, cals, contended=None):
     if isinstance(cal, str):
         record["calibration"] = cal
     elif cal is not None and t1:
-        from pycomm import scaling
+        from pycomm.tools import scaling
 
         p = scaling.compare_with_measurement(measured_step_s=step, step_compute_s=t1,
                                              bucket_bytes=wire_bytes, world_size=N,
