@@ -1,4 +1,4 @@
-"""``python -m pycomm ...``: the same as the ``pycomm`` command (pycomm/cli.py)."""
-from .cli import main
+"""``python -m pycomm ...``: the same as the ``pycomm`` command (pycomm/tools/cli.py)."""
+from .tools.cli import main
 
 raise SystemExit(main())

@@ -1,4 +1,5 @@
-"""The pycomm command (pycomm/cli.py, pycomm/doctor.py), called in-process through main()."""
+"""The pycomm command (pycomm/tools/cli.py, pycomm/tools/doctor.py), called in-process through
+main()."""
 import json
 import os
 import subprocess
@@ -9,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from pycomm import scaling
-from pycomm.cli import main
+from pycomm.tools import scaling
+from pycomm.tools.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -1,13 +1,14 @@
-"""The scaling model (pycomm/scaling.py): textbook arithmetic, limits, presets, calibration."""
+"""The scaling model (pycomm/tools/scaling.py): textbook arithmetic, limits, presets, calibration."""
 import json
 import math
 
 import pytest
 
-from pycomm import scaling
-from pycomm.scaling import (MIB, Cluster, Interconnect, Sync, Workload, bucketed_allreduce_time,
-                            calibrate, compare_with_measurement, fit_alpha_beta, predict,
-                            ring_allreduce_time, split_buckets, steps_per_epoch)
+from pycomm.tools import scaling
+from pycomm.tools.scaling import (MIB, Cluster, Interconnect, Sync, Workload,
+                                  bucketed_allreduce_time, calibrate, compare_with_measurement,
+                                  fit_alpha_beta, predict, ring_allreduce_time, split_buckets,
+                                  steps_per_epoch)
 
 NVLINK = scaling.get_interconnect("nvlink")
 IB = scaling.get_interconnect("ib")

@@ -66,7 +66,7 @@ def _parser() -> argparse.ArgumentParser:
 
     pr = sub.add_parser("predict", help="predict step time, speedup and efficiency",
                         description="Alpha-beta model of ring all-reduce with bucketing and "
-                        "overlap (see pycomm/scaling.py). Give --preset, or the free-form "
+                        "overlap (see pycomm/tools/scaling.py). Give --preset, or the free-form "
                         "options (with --preset they override it).")
     pr.add_argument("--preset", choices=sorted(scaling.PRESETS), help="a calibrated case")
     pr.add_argument("--list", action="store_true", help="list presets and interconnects")
