@@ -39,7 +39,7 @@ def die_during(count, when, stamp_path):
         def kill_soon(delay):
             time.sleep(delay)
             with open(stamp_path, "w") as f:
-                f.write(repr(time.time()))
+                f.write(repr(time.monotonic()))  # one clock for all processes of a host
             os.kill(os.getpid(), signal.SIGKILL)
 
         if when == "between":
@@ -59,7 +59,7 @@ def die_during(count, when, stamp_path):
                 time.sleep(0.5)  # the victim dies while this rank is idle
     except pycomm.CommTimeout as e:
         error = str(e)
-    seen = time.time()
+    seen = time.monotonic()
     state = ("unchanged" if torch.equal(t, input_for(rank, count))
              else "reduced" if torch.equal(t, fully_reduced(count)) else "half-written")
     return error, seen, state, calls
