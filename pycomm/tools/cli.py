@@ -3,8 +3,9 @@
     pycomm predict --preset resnet50-4xa100
     pycomm predict --gpus 32 --gpus-per-host 8 --interconnect ib --step-compute-s 0.8 --grad-mb 100
     pycomm predict --gpus 8 --calibrate allreduce.json --backend stock --json
-    pycomm bench allreduce --json out.json        # runs bench/allreduce_perf.py
-    pycomm bench ddp ...                          # runs bench/ddp_resnet50.py
+    pycomm bench allreduce --json out.json  # runs bench/collectives_perf.py --collective all_reduce
+    pycomm bench collectives --collective all_gather,broadcast  # runs bench/collectives_perf.py
+    pycomm bench ddp ...                    # runs bench/ddp_resnet50.py
     pycomm doctor [SCRIPT.py ...]
 """
 from __future__ import annotations
@@ -14,16 +15,49 @@ import json
 import math
 import subprocess
 import sys
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, Tuple
 
 from . import scaling
 from .scaling import MB, MIB, Cluster, Prediction, Scenario, Sync
 
 __all__ = ["main"]
 
-BENCH_SCRIPTS = {"allreduce": "allreduce_perf.py", "ddp": "ddp_resnet50.py"}
+
+@dataclass(frozen=True)
+class _Bench:
+    script: str                   # file name in bench/
+    fixed_args: Tuple[str, ...]   # given to the script before the user's arguments
+    named: bool                   # run it as `pycomm bench NAME` (argparse's prog), not its path
+
+
+# `pycomm bench NAME ARGS` runs bench/<script> <fixed_args> ARGS with this Python.
+BENCHES = {
+    "allreduce": _Bench("collectives_perf.py", ("--collective", "all_reduce"), named=True),
+    "collectives": _Bench("collectives_perf.py", (), named=True),
+    "ddp": _Bench("ddp_resnet50.py", (), named=False),
+}
+
+# `python -c _RUN_NAMED SCRIPT PROG ARGS...` runs SCRIPT with sys.argv = [PROG, ARGS...], so
+# argparse's usage line says `pycomm bench NAME` and not the script's file name. Otherwise it
+# is `python SCRIPT ARGS`: sys.path[0] is the script's folder, and __main__.__file__ the
+# script, which is how multiprocessing's spawn finds __main__'s code in the ranks it starts.
+# runpy.run_path cannot do this: it sets sys.argv[0] to the script's path.
+_RUN_NAMED = """\
+def _run(script, prog, *args):
+    import os, sys
+    sys.argv = [prog, *args]
+    if not getattr(sys.flags, "safe_path", False):
+        sys.path[0] = os.path.dirname(script)
+    g = sys.modules["__main__"].__dict__
+    g["__file__"] = script
+    with open(script, "rb") as f:
+        code = compile(f.read(), script, "exec", dont_inherit=True)
+    del g["_run"]
+    exec(code, g)
+_run(*__import__("sys").argv[1:])
+"""
 
 # Free-form options of `predict`, as (flag, dest, type, help). They default to None so that,
 # with --preset, only the ones given override the preset.
@@ -55,7 +89,7 @@ _PREDICT_OPTIONS = (
 
 def _repo_root() -> Path:
     """The source tree the package lives in: the benchmarks are in <root>/bench."""
-    return Path(__file__).resolve().parent.parent
+    return Path(__file__).resolve().parents[2]  # <root>/pycomm/tools/cli.py
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -73,16 +107,19 @@ def _parser() -> argparse.ArgumentParser:
     for flag, dest, typ, text in _PREDICT_OPTIONS:
         pr.add_argument(flag, dest=dest, type=typ, default=None, help=text)
     pr.add_argument("--calibrate", metavar="PATH.json",
-                    help="fit alpha and B to bench/allreduce_perf.py --json rows")
+                    help="fit alpha and B to the rows of pycomm bench allreduce --json")
     pr.add_argument("--backend", choices=("pycomm", "stock"), default="pycomm",
                     help="which time column --calibrate fits (default pycomm)")
     pr.add_argument("--json", action="store_true", help="print JSON instead of text")
 
-    be = sub.add_parser("bench", help="run bench/allreduce_perf.py or bench/ddp_resnet50.py",
+    be = sub.add_parser("bench", help="run bench/collectives_perf.py or bench/ddp_resnet50.py",
                         description="Runs a benchmark script of the source tree with this "
-                        "Python; the arguments after its name go to the script.")
+                        "Python; the arguments after its name go to the script (NAME --help "
+                        "lists them). allreduce: bench/collectives_perf.py --collective "
+                        "all_reduce; collectives: bench/collectives_perf.py (--collective "
+                        "NAME[,NAME...] picks them); ddp: bench/ddp_resnet50.py.")
     be.add_argument("--bench-dir", help="where the scripts are (default: <repo>/bench)")
-    be.add_argument("which", choices=sorted(BENCH_SCRIPTS))
+    be.add_argument("which", choices=sorted(BENCHES))
     be.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
 
     do = sub.add_parser("doctor", help="check the environment, or a training script",
@@ -239,18 +276,31 @@ def _predict(a: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- bench
 
 def _bench(a: argparse.Namespace) -> int:
+    bench = BENCHES[a.which]
+    name = f"pycomm bench {a.which}"
     bench_dir = Path(a.bench_dir) if a.bench_dir else _repo_root() / "bench"
-    script = bench_dir / BENCH_SCRIPTS[a.which]
+    script = (bench_dir / bench.script).absolute()
     if not script.is_file():
-        print(f"pycomm bench {a.which}: {script} not found. The benchmarks are in the source "
+        print(f"{name}: {script} not found. The benchmarks are in the source "
               "tree's bench/ directory (they are not installed with the package); run from a "
               "checkout, or point --bench-dir at it.", file=sys.stderr)
         return 2
     args = list(a.args)
     if args[:1] == ["--"]:
         args = args[1:]
+    fixed = [flag for flag in bench.fixed_args if flag.startswith("--")]
+    for arg in args:
+        if arg.split("=", 1)[0] in fixed:
+            print(f"{name}: {arg.split('=', 1)[0]} is fixed here ({' '.join(bench.fixed_args)}); "
+                  "use pycomm bench collectives to choose it.", file=sys.stderr)
+            return 2
+    args = [*bench.fixed_args, *args]
+    if bench.named:
+        command = [sys.executable, "-c", _RUN_NAMED, str(script), name, *args]
+    else:
+        command = [sys.executable, str(script), *args]
     try:
-        return subprocess.call([sys.executable, str(script), *args])
+        return subprocess.call(command)
     except KeyboardInterrupt:
         return 130
 

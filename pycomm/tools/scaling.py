@@ -122,7 +122,7 @@ class Interconnect:
 
 # Bandwidths are datasheet line rates per direction. The alphas are order-of-magnitude
 # estimates of one ring step (no datasheet gives them): calibrate from
-# `bench/allreduce_perf.py --json` (pycomm predict --calibrate) for a machine you have.
+# `pycomm bench allreduce --json` (pycomm predict --calibrate) for a machine you have.
 INTERCONNECTS: dict = {
     link.name: link for link in (
         Interconnect("nvlink3", 2e-6, 300e9,
@@ -442,10 +442,11 @@ def fit_alpha_beta(samples: Iterable[Tuple[float, int, float]]) -> Tuple[float, 
 
 
 _TIME_COLUMNS = {"pycomm": "pycomm_us", "stock": "stock_us"}
+_ALL_REDUCE = ("all_reduce", "allreduce")  # the benchmark's collective column
 
 
 def load_allreduce_rows(path: Union[str, Path]) -> list:
-    """The rows of a ``bench/allreduce_perf.py --json`` file (a list, or {"rows": [...]})."""
+    """The rows of a ``pycomm bench allreduce --json`` file (a list, or {"rows": [...]})."""
     with open(path) as f:
         data = json.load(f)
     if isinstance(data, Mapping):
@@ -457,10 +458,12 @@ def load_allreduce_rows(path: Union[str, Path]) -> list:
 
 def calibrate(rows: Union[str, Path, Sequence[Mapping[str, Any]]],
               backend: str = "pycomm") -> Calibration:
-    """alpha and B from allreduce_perf rows (or the path of its JSON), for one backend.
+    """alpha and B from all-reduce benchmark rows (or the path of their JSON), for one backend.
 
     backend "pycomm" fits the ``pycomm_us`` column, "stock" the ``stock_us`` column. Rows
-    with wrong results (``wrong`` > 0), no time, or a single rank are left out.
+    with wrong results (``wrong`` > 0), no time, or a single rank are left out, and so are
+    rows of another collective (``collective`` other than all_reduce), which
+    bench/collectives_perf.py writes into the same file when asked for several.
     """
     source = ""
     if isinstance(rows, (str, Path)):
@@ -476,6 +479,8 @@ def calibrate(rows: Union[str, Path, Sequence[Mapping[str, Any]]],
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"calibrate: row {i} lacks a numeric size/world_size ({e})") from None
         t_us = row.get(column)
+        if str(row.get("collective", "all_reduce")).replace("-", "_") not in _ALL_REDUCE:
+            continue
         if row.get("wrong") or t_us is None or n < 2 or size <= 0:
             continue
         t_us = float(t_us)
