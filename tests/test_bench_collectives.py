@@ -1,0 +1,112 @@
+"""bench/collectives_perf.py end to end, quickly: 2 CPU ranks, two tiny sizes, one round,
+through its command line; every collective in the JSON, every check exact.
+
+One run serves every check (spawning ranks costs seconds on a 2-core host). The Open MPI
+column is checked where mpirun and mpi4py are installed; the pycomm backend's columns
+where `import pycomm` registers the backend (until then the bench must say it is absent).
+"""
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch.distributed as dist
+
+import pycomm  # noqa: F401  (registers the backend, once it exists)
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT = REPO / "bench" / "collectives_perf.py"
+COLLECTIVES = ["all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all"]
+SIZES = [8, 1024]
+HAS_BACKEND = "pycomm" in dist.Backend.backend_list
+HAS_MPI = shutil.which("mpirun") is not None and importlib.util.find_spec("mpi4py") is not None
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    out = tmp_path_factory.mktemp("collectives")
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1")
+    cmd = [sys.executable, str(SCRIPT), "--nproc", "2", "-b", "8", "-e", "1K", "-f", "128",
+           "--rounds", "1", "--min-time", "0.005", "--min-iters", "2", "--warmup", "1",
+           "--no-deepspeed", "--json", str(out / "c.json")]
+    # Its own session, so that a hang is ended with every rank (and mpirun) it started.
+    proc = subprocess.Popen(cmd, cwd=out, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        pytest.fail(f"collectives_perf.py did not finish in 120 s\nstdout:\n{stdout}\n"
+                    f"stderr:\n{stderr[-4000:]}")
+    assert proc.returncode == 0, f"stdout:\n{stdout}\nstderr:\n{stderr[-4000:]}"
+    return json.loads((out / "c.json").read_text()), stdout
+
+
+def test_every_collective_and_size(sweep):
+    data, _ = sweep
+    rows = data["rows"]
+    assert [r["collective"] for r in data["summary"]] == COLLECTIVES
+    for name in COLLECTIVES:
+        mine = [r for r in rows if r["collective"] == name]
+        assert len(mine) == len(SIZES), name
+        for r in mine:
+            assert r["world_size"] == 2 and r["dtype"] == "float32"
+            assert r["gloo_us"] > 0 and r["gloo_wrong"] == 0, r
+            assert r["ceiling_us"] > 0
+            # nccl-tests: size is the larger of a rank's input and output.
+            assert r["size"] == 4 * max(r["in_count"], r["out_count"])
+            assert r["gloo_algbw"] == pytest.approx(r["size"] / r["gloo_us"] / 1e3)
+            assert r["gloo_busbw"] == pytest.approx(r["gloo_algbw"] * r["busbw_factor"])
+    factors = {r["collective"]: r["busbw_factor"] for r in rows}
+    assert factors == {"all_reduce": 1.0, "broadcast": 1.0, "reduce": 1.0, "all_gather": 0.5,
+                       "reduce_scatter": 0.5, "all_to_all": 0.5}
+
+
+def test_pycomm_columns_exact(sweep):
+    data, stdout = sweep
+    rows = data["rows"]
+    assert all(r["wrong"] == 0 for r in rows)
+    assert "pycomm #wrong total: 0" in stdout
+    for r in rows:
+        if r["collective"] == "all_reduce":
+            assert r["pycomm_direct_us"] > 0 and r["pycomm_direct_wrong"] == 0
+            assert r["pycomm_norestore_wrong"] == 0
+            # What pycomm.tools.scaling.calibrate reads.
+            assert r["pycomm_us"] == r["pycomm_direct_us"] and r["stock_us"] == r["gloo_us"]
+        else:
+            assert "pycomm_us" not in r  # a calibration must leave these rows out
+        if HAS_BACKEND:
+            assert r["pycomm_backend_us"] > 0 and r["pycomm_backend_wrong"] == 0, r
+            assert r["gloo_over_pycomm"] > 0
+    if not HAS_BACKEND:
+        assert "pycomm backend absent" in stdout
+
+
+def test_mpi_column(sweep):
+    data, stdout = sweep
+    if not HAS_MPI:
+        assert "Open MPI column absent" in stdout and "pip install mpi4py" in stdout
+        return
+    for r in data["rows"]:
+        assert r["mpi_us"] > 0 and r["mpi_wrong"] == 0, r
+    assert "timed in its own mpirun launch" in stdout
+
+
+def test_table(sweep):
+    _, stdout = sweep
+    for name in COLLECTIVES:
+        assert f"## {name} " in stdout
+    assert stdout.count("#wrong") >= len(COLLECTIVES)
+    assert "summary: pycomm/gloo speedup" in stdout
+
+
+def test_bad_collective_refused():
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--collective", "all_reduce,nope"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "nope" in proc.stderr
