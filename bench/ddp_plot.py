@@ -1,7 +1,9 @@
 """The PNG of bench/ddp_resnet50.py: where each mode's step goes, and speedup against N.
 
 Left: one bar per (mode, N), the step split into compute (step - exposed communication)
-and exposed communication, with the 1-rank baseline first. Right: speedup S = N·T1/TN
+and exposed communication, with the 1-rank baseline first; a mode with no hook to time its
+buckets (backend) is one unsplit bar, and the no-comm step (the ceiling) a dotted line
+per N. Right: speedup S = N·T1/TN
 against N for each mode, with the baseline's S = 1 at N = 1 and the ideal S = N.
 """
 from __future__ import annotations
@@ -13,7 +15,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
 COLORS = {"baseline": "#7f7f7f", "stock": "#1f77b4", "ring": "#d62728",
-          "ring-bf16": "#2ca02c", "ring-fp16": "#9467bd"}
+          "ring-bf16": "#2ca02c", "ring-fp16": "#9467bd", "no-comm": "#bcbd22",
+          "backend": "#8c564b"}
 
 
 def plot(records, path):
@@ -25,8 +28,9 @@ def plot(records, path):
                                       gridspec_kw=dict(width_ratios=[3, 2]))
 
     labels = [f"{r['mode']}\nN={r['world_size']}" for r in shown]
-    compute = [r.get("compute_s", r["step_time_s"]) * 1e3 for r in shown]
-    exposed = [r.get("exposed_comm_s", 0.0) * 1e3 for r in shown]
+    # No split where exposed communication was not measured (no hook): the whole step.
+    compute = [(r.get("compute_s") or r["step_time_s"]) * 1e3 for r in shown]
+    exposed = [(r.get("exposed_comm_s") or 0.0) * 1e3 for r in shown]
     x = range(len(shown))
     bars.bar(x, compute, color=[COLORS.get(r["mode"], "#17becf") for r in shown])
     bars.bar(x, exposed, bottom=compute, color="#ff7f0e", hatch="//", edgecolor="white")
@@ -34,6 +38,9 @@ def plot(records, path):
         bars.annotate(f"{r['step_time_s'] * 1e3:.0f} ms", (i, compute[i] + exposed[i]),
                       ha="center", va="bottom", fontsize=8, xytext=(0, 2),
                       textcoords="offset points")
+    for r in shown:
+        if r["mode"] == "no-comm" and r["world_size"] > 1:
+            bars.axhline(r["step_time_s"] * 1e3, color=COLORS["no-comm"], ls=":", lw=1)
     bars.set_xticks(list(x))
     bars.set_xticklabels(labels, fontsize=8)
     bars.set_ylabel("median step time (ms)")

@@ -1,7 +1,8 @@
 #!/usr/bin/env python
-"""ResNet-50 under DDP: the stock all-reduce beside pycomm's ring hook, with speedup,
-efficiency, the communication share of a step, Amdahl's serial fraction, and the scaling
-model's prediction of the step.
+"""ResNet-50 under DDP: the stock all-reduce beside pycomm (as a backend, and as a comm
+hook) and beside the same ranks with no communication, with speedup, efficiency, the
+communication share of a step, Amdahl's serial fraction, and the scaling model's
+prediction of the step.
 
     python bench/ddp_resnet50.py                                   # 2 CPU ranks, or 1 per GPU
     python bench/ddp_resnet50.py --nproc 1,2 --json ddp.json --plot ddp.png
@@ -13,17 +14,26 @@ uint8 images and labels from a fixed seed, the same on every rank) that Distribu
 shards. The modes run one after another in one invocation, each on a fresh model with the
 same initial weights:
 
+    no-comm    DDP with a hook that reduces nothing: N ranks computing side by side with
+               no communication. It is the ceiling of every other mode: on a host with fewer
+               free cores than ranks it shows how much of TN - T1 is the ranks competing for
+               the cores, not the all-reduce. Each mode's step / the no-comm step is the
+               `/no-comm` column (the issue's target: backend and ring <= 1.03).
     stock      DDP's all-reduce on the stock backend (gloo on CPUs, NCCL on GPUs), through
                torch's allreduce_hook: the Python twin of DDP's built-in path (divide the
                bucket by N, all-reduce SUM), so that its buckets can be timed like the others.
     ring       pycomm.ring_hook, fp32 average.
     ring-bf16  pycomm.ring_hook with RingState(compression="bf16"); ring-fp16 likewise.
-    no-comm    (opt-in) DDP with a hook that reduces nothing: N ranks computing side by side
-               with no communication. On a host with fewer free cores than ranks it shows
-               how much of TN - T1 is the ranks competing for the cores, not the all-reduce.
+    backend    stock DDP, no hook, on a pycomm process group (dist.new_group(backend=
+               "pycomm"), what init_process_group("cpu:pycomm") gives every collective):
+               DDP's own C++ path. With no hook there is nothing to mark a bucket's
+               hand-over and completion, so its in-training comm and exposed columns are
+               "-"; "alone" is measured as for the others, on DDP's own bucket sizes.
 
-A ring mode that cannot run here (a CUDA device while pycomm's CUDA transport is missing)
-is reported as unavailable with the reason.
+The default modes are no-comm, stock, ring, ring-bf16 and backend. A mode that cannot run
+here (a ring mode on a CUDA device while pycomm's CUDA transport is missing; backend while
+`import pycomm` registers no "pycomm" backend, or not for this device) is reported as
+unavailable with the reason.
 
 What is timed. A step is zero_grad + forward + backward (which includes DDP's wait for the
 all-reduce of every bucket) + optimizer step, on a batch already on the device: the
@@ -61,11 +71,12 @@ The figures, for N ranks with per-rank batch b and median step TN:
 On GPUs the marks are CUDA events (a future's callback runs on a stream that waited for the
 all-reduce), resolved after the step synchronizes.
 
-The scaling model. For N > 1 the α-β ring model of pycomm.scaling predicts each mode's step
-from T1, the recorded bucket sizes (bytes on the wire) and α, B fitted to a short
-all-reduce sweep run in the same invocation (stock backend for `stock`, pycomm for the ring
-modes), or to `--calibration PATH` (a bench/allreduce_perf.py --json file). The prediction
-assumes no overlap (every byte exposed); full overlap is its lower bound.
+The scaling model. For N > 1 the α-β ring model of pycomm.tools.scaling predicts each
+mode's step from T1, the recorded bucket sizes (bytes on the wire) and α, B fitted to a
+short all-reduce sweep run in the same invocation (stock backend for `stock`, pycomm's
+direct API for the ring modes, the pycomm group for `backend`), or to `--calibration PATH`
+(a bench/collectives_perf.py --json file; `backend` then uses its pycomm column too). The
+prediction assumes no overlap (every byte exposed); full overlap is its lower bound.
 """
 from __future__ import annotations
 
@@ -86,9 +97,14 @@ _OUT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_launch import launch  # noqa: E402  (also puts the repository root on sys.path)
 
-MODES = {"stock": None, "ring": None, "ring-bf16": "bf16", "ring-fp16": "fp16", "no-comm": None}
+MODES = {"stock": None, "ring": None, "ring-bf16": "bf16", "ring-fp16": "fp16", "no-comm": None,
+         "backend": None}
 MODELS = ("resnet18", "resnet34", "resnet50")
-DEFAULT_MODES = "stock,ring,ring-bf16"
+DEFAULT_MODES = "no-comm,stock,ring,ring-bf16,backend"
+# The issue's target for the modes that use pycomm: step <= this x the no-comm step.
+NO_COMM_TARGET = 1.03
+# The name a pycomm build registers with torch.distributed.
+PYCOMM_BACKEND = "pycomm"
 # Distinct batches per rank in the synthetic data set; the loader cycles through them.
 # A few keep 224-pixel data of 8 ranks x 256 images within host memory.
 BATCHES_PER_RANK = 4
@@ -198,6 +214,7 @@ class World:
         else:
             self.device = torch.device("cpu")
         self.clock = Clock(self.device)
+        self.pycomm_group = None  # a pycomm process group, for the backend mode
 
     def barrier(self):
         if self.device.type == "cuda":
@@ -233,6 +250,30 @@ def ring_support(world) -> Optional[str]:
     # Every rank must make the same choice, or the modes' collectives would not match.
     if not world.all_agree(reason is None) and reason is None:
         reason = "pycomm's ring hook is not available on every rank"
+    return reason
+
+
+def backend_support(world) -> Optional[str]:
+    """None when DDP can run on a pycomm process group on this world's device (and
+    world.pycomm_group is that group), else why not."""
+    import pycomm  # noqa: F401  (registers the backend, once it exists)
+
+    dist = world.dist
+    if PYCOMM_BACKEND not in dist.Backend.backend_list:
+        return (f"'{PYCOMM_BACKEND}' is not a registered torch.distributed backend after "
+                f"`import pycomm` (Backend.backend_list: {', '.join(dist.Backend.backend_list)})")
+    reason = None
+    try:
+        group = dist.new_group(backend=PYCOMM_BACKEND)
+        dist.all_reduce(world.torch.ones(4, device=world.device), group=group)
+        world.pycomm_group = group
+    except Exception as e:  # noqa: BLE001 - any failure makes the mode unavailable, with why
+        reason = (f"a {PYCOMM_BACKEND!r} group does not run on {world.device.type} tensors "
+                  f"({type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:160]})")
+    if not world.all_agree(reason is None) and reason is None:
+        reason = f"a {PYCOMM_BACKEND!r} group is not available on every rank"
+    if reason is not None:
+        world.pycomm_group = None
     return reason
 
 
@@ -364,6 +405,12 @@ def mode_hook(mode, world):
             return world.dist.all_reduce(t, async_op=True)
 
         return None, default_hooks.allreduce_hook, None, issue
+    if mode == "backend":
+        # No hook: DDP's own all-reduce, on the pycomm group.
+        def issue(t):
+            return world.dist.all_reduce(t, group=world.pycomm_group, async_op=True)
+
+        return None, None, None, issue
     import pycomm
     from pycomm.hooks import RingState, ring_hook
 
@@ -375,6 +422,16 @@ def mode_hook(mode, world):
 
     wire = {None: None, "bf16": torch.bfloat16, "fp16": torch.float16}[compression]
     return RingState(compression=compression), ring_hook, wire, issue
+
+
+def ddp_buckets(ddp):
+    """(numel, gradient dtype, wire dtype) of DDP's buckets, from its logging data: a mode
+    with no hook has no other view of them. After the first steps DDP has rebuilt them in
+    the order gradients became ready; its sizes are in bytes."""
+    data = ddp._get_ddp_logging_data()
+    sizes = data.get("rebuilt_bucket_sizes") or data.get("bucket_sizes") or ""
+    dtype = next(p.dtype for p in ddp.module.parameters() if p.requires_grad)
+    return [(int(b) // dtype.itemsize, dtype, dtype) for b in re.findall(r"\d+", str(sizes))]
 
 
 def comm_alone(world, buckets, issue):
@@ -404,7 +461,8 @@ def comm_alone(world, buckets, issue):
 
 
 def calibration_sweep(world, with_pycomm: bool):
-    """allreduce_perf-style rows (size, world_size, stock_us, pycomm_us) for a few sizes."""
+    """collectives_perf-style all_reduce rows (size, world_size, stock_us, pycomm_us and,
+    with a pycomm group, backend_us) for a few sizes."""
     import torch
 
     rows = []
@@ -429,30 +487,38 @@ def calibration_sweep(world, with_pycomm: bool):
             import pycomm
 
             pycomm_us = median_us(lambda: pycomm.all_reduce(t))
-        rows.append(dict(size=t.numel() * 4, count=t.numel(), dtype="float32", op="sum",
-                         world_size=world.size, stock_backend=world.backend, stock_us=stock_us,
-                         pycomm_us=pycomm_us, wrong=0, stock_wrong=0))
+        backend_us = None
+        if world.pycomm_group is not None:
+            backend_us = median_us(lambda: world.dist.all_reduce(t, group=world.pycomm_group))
+        rows.append(dict(collective="all_reduce", size=t.numel() * 4, count=t.numel(),
+                         dtype="float32", op="sum", world_size=world.size,
+                         stock_backend=world.backend, stock_us=stock_us, pycomm_us=pycomm_us,
+                         backend_us=backend_us, wrong=0, stock_wrong=0))
     return rows
 
 
 def calibrations(world, args, with_pycomm: bool):
-    """{"stock": Calibration or reason, "pycomm": ...}: alpha and B for the model."""
+    """{"stock": Calibration or reason, "pycomm": ..., "backend": ...}: alpha and B for the
+    model; "backend" (the pycomm group) only when there is one."""
     from pycomm.tools import scaling
 
     if world.size < 2:
         return {}
+    with_backend = world.pycomm_group is not None
     if args.calibration:
-        source = args.calibration
+        source = backend_source = args.calibration  # a file has one pycomm column for both
     else:
         source = calibration_sweep(world, with_pycomm)
+        backend_source = [dict(r, pycomm_us=r["backend_us"]) for r in source]
     out = {}
-    for backend in ("stock", "pycomm"):
-        if backend == "pycomm" and not with_pycomm:
+    for name, src, column in (("stock", source, "stock"), ("pycomm", source, "pycomm"),
+                              ("backend", backend_source, "pycomm")):
+        if (name == "pycomm" and not with_pycomm) or (name == "backend" and not with_backend):
             continue
         try:
-            out[backend] = scaling.calibrate(source, backend=backend)
+            out[name] = scaling.calibrate(src, backend=column)
         except (ValueError, OSError) as e:
-            out[backend] = f"no calibration: {e}"
+            out[name] = f"no calibration: {e}"
     return out
 
 
@@ -470,36 +536,43 @@ def run_mode(world, args, mode, unavailable, t1, cals, contended=None):
     state, hook, wire, issue = mode_hook(mode, world)
     model, opt = build_model(world, args, sync_bn=args.sync_bn)
     ddp = DDP(model, device_ids=[world.device.index] if world.device.type == "cuda" else None,
-              bucket_cap_mb=args.bucket_cap_mb)
-    timer = HookTimer(hook, world.clock, wire)
-    ddp.register_comm_hook(state, timer.hook)
+              bucket_cap_mb=args.bucket_cap_mb,
+              process_group=world.pycomm_group if mode == "backend" else None)
+    timer = None
+    if hook is not None:
+        timer = HookTimer(hook, world.clock, wire)
+        ddp.register_comm_hook(state, timer.hook)
     batches = synthetic_loader(world, args, sharded=True)
     world.barrier()
     times, comm, exposed = train(world, args, ddp, opt, batches, f"{mode:<9} N={N}", timer)
-    buckets = timer.buckets()
+    buckets = timer.buckets() if timer is not None else ddp_buckets(ddp)
     del ddp, model, opt, batches
     gc.collect()
 
     # The slowest rank's time per step; communication averaged over the ranks.
     times = world.reduce(times, torch.distributed.ReduceOp.MAX)
-    comm = [c / N for c in world.reduce(comm + exposed, torch.distributed.ReduceOp.SUM)]
-    comm, exposed = comm[:len(times)], comm[len(times):]
+    step = statistics.median(times)
+    comm_s = exposed_s = None  # not measured without a hook
+    if timer is not None:
+        comm = [c / N for c in world.reduce(comm + exposed, torch.distributed.ReduceOp.SUM)]
+        comm, exposed = comm[:len(times)], comm[len(times):]
+        comm_s, exposed_s = statistics.median(comm), statistics.median(exposed)
     alone = comm_alone(world, buckets, issue)
 
-    step = statistics.median(times)
-    comm_s, exposed_s = statistics.median(comm), statistics.median(exposed)
     grad_bytes = [n * dtype.itemsize for n, dtype, _ in buckets]
     wire_bytes = [n * wire.itemsize for n, _, wire in buckets]
     record.update(
         step_time_s=step, step_times_s=times, images_per_s=N * b / step,
-        comm_s=comm_s, exposed_comm_s=exposed_s, comm_share=comm_s / step,
-        exposed_share=exposed_s / step, compute_s=step - exposed_s,
+        comm_s=comm_s, exposed_comm_s=exposed_s,
+        comm_share=None if comm_s is None else comm_s / step,
+        exposed_share=None if exposed_s is None else exposed_s / step,
+        compute_s=None if exposed_s is None else step - exposed_s,
         comm_alone_s=alone, comm_alone_share=alone / step,
         buckets=len(buckets), bucket_bytes=grad_bytes, wire_bytes=wire_bytes,
         grad_bytes=sum(grad_bytes), calibration=None, prediction=None,
     )
     record.update(scaling_figures(N, t1, step))
-    cal = cals.get({"stock": "stock", "no-comm": None}.get(mode, "pycomm"))
+    cal = cals.get({"stock": "stock", "no-comm": None, "backend": "backend"}.get(mode, "pycomm"))
     if isinstance(cal, str):
         record["calibration"] = cal
     elif cal is not None and t1:
@@ -546,6 +619,7 @@ def run(args):
         import pycomm
 
         pycomm.init()
+    backend_reason = backend_support(world) if "backend" in args.modes else None
     # alpha and B serve only the prediction, which needs T1.
     cals = {} if args.no_baseline and args.baseline_step_s is None else \
         calibrations(world, args, with_pycomm=ring_reason is None and bool(names))
@@ -565,12 +639,18 @@ def run(args):
     contended = None
     # no-comm first: its step is the compute of N ranks side by side, for the model.
     for mode in sorted(args.modes, key=lambda m: m != "no-comm"):
-        unavailable = ring_reason if mode.startswith("ring") else None
+        unavailable = ring_reason if mode.startswith("ring") else \
+            backend_reason if mode == "backend" else None
         records.append(run_mode(world, args, mode, unavailable, t1, cals, contended))
         if mode == "no-comm" and N > 1:
             contended = records[-1]["step_time_s"]
+    # Each mode's step over the no-comm step of the same ranks: 1.0 is the ceiling.
+    no_comm = next((r.get("step_time_s") for r in records if r["mode"] == "no-comm"), None)
     for r in records:
         r.update(common)
+        if r["mode"] != "baseline":
+            r["over_no_comm"] = (r["step_time_s"] / no_comm
+                                 if no_comm and r.get("step_time_s") else None)
     if world.rank == 0:
         if args.result_path:
             with open(args.result_path, "w") as f:
@@ -600,9 +680,9 @@ def report(records, args):
               f"per step, {base['images_per_s']:.1f} images/s")
     else:
         print("# no 1-rank baseline (--no-baseline): no speedup, efficiency or Amdahl f")
-    header = (f"{'mode':<10} {'N':>3} {'step ms':>9} {'images/s':>9} {'speedup':>7} {'eff':>6} | "
-              f"{'comm ms':>8} {'exposed':>8} {'share':>6} | {'alone ms':>8} {'share':>6} | "
-              f"{'Amdahl f':>8}")
+    header = (f"{'mode':<10} {'N':>3} {'step ms':>9} {'/no-comm':>8} {'images/s':>9} "
+              f"{'speedup':>7} {'eff':>6} | {'comm ms':>8} {'exposed':>8} {'share':>6} | "
+              f"{'alone ms':>8} {'share':>6} | {'Amdahl f':>8}")
     print(header)
     print("-" * len(header))
     for r in records:
@@ -612,13 +692,24 @@ def report(records, args):
             print(f"{r['mode']:<10} {r['world_size']:>3}  unavailable: {r['reason']}")
             continue
         print(f"{r['mode']:<10} {r['world_size']:>3} {r['step_time_s'] * 1e3:>9.1f} "
+              f"{_fmt(r.get('over_no_comm'), '>8.3f')} "
               f"{r['images_per_s']:>9.1f} {_fmt(r['speedup'], '>7.3f')} "
-              f"{_fmt(r['efficiency'], '>6.1%')} | {r['comm_s'] * 1e3:>8.1f} "
-              f"{r['exposed_comm_s'] * 1e3:>8.1f} {r['comm_share']:>6.1%} | "
+              f"{_fmt(r['efficiency'], '>6.1%')} | {_fmt(r['comm_s'], '>8.1f', 1e3)} "
+              f"{_fmt(r['exposed_comm_s'], '>8.1f', 1e3)} {_fmt(r['comm_share'], '>6.1%')} | "
               f"{r['comm_alone_s'] * 1e3:>8.1f} {r['comm_alone_share']:>6.1%} | "
               f"{_fmt(r['amdahl_f'], '>8.3f')}")
-    print("# comm: time a bucket was in flight per step (hook futures); exposed: the wait after "
-          "backward; alone: the same buckets all-reduced with no compute; share = of the step")
+    print("# /no-comm: step / the no-comm step of the same ranks (1.0: communication costs "
+          "nothing); comm: time a bucket was in flight per step (hook futures; '-': no hook); "
+          "exposed: the wait after backward; alone: the same buckets all-reduced with no "
+          "compute; share = of the step")
+    judged = [r for r in records if r["mode"] in ("backend", "ring")
+              and r.get("over_no_comm") is not None and r["world_size"] > 1]
+    if judged:
+        verdicts = [f"{r['mode']} N={r['world_size']} {r['over_no_comm']:.3f}x "
+                    f"({'met' if r['over_no_comm'] <= NO_COMM_TARGET else 'MISSED'})"
+                    for r in judged]
+        print(f"# target: backend and ring at most {NO_COMM_TARGET:g}x the no-comm step: "
+              + "; ".join(verdicts))
     slow = [r for r in records if r.get("speedup") and r["world_size"] > 1 and r["speedup"] < 1]
     if slow and not any(r["mode"] == "no-comm" for r in records):
         print("# speedup < 1: if the ranks outnumber the free cores, they slow each other's "
@@ -680,7 +771,9 @@ def parse_args(argv=None):
     p.add_argument("--classes", type=int, default=10)
     p.add_argument("--image-size", type=int, default=32)
     p.add_argument("--batch-size", type=int, default=32, help="images per rank per step")
-    p.add_argument("--steps", type=int, default=25, help="timed steps per mode")
+    p.add_argument("--steps", type=int, default=18,
+                   help="timed steps per mode (18: five modes and the baseline in about the "
+                        "time three took at 25)")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps before them")
     p.add_argument("--modes", default=DEFAULT_MODES,
                    help=f"comma list of {', '.join(MODES)} (default {DEFAULT_MODES})")
@@ -689,7 +782,7 @@ def parse_args(argv=None):
                    help="convert BatchNorm to SyncBatchNorm (CUDA only)")
     p.add_argument("--no-baseline", action="store_true", help="skip the 1-rank baseline")
     p.add_argument("--calibration", metavar="PATH",
-                   help="alpha/B from a bench/allreduce_perf.py --json file instead of a sweep")
+                   help="alpha/B from a bench/collectives_perf.py --json file instead of a sweep")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", metavar="PATH", default=os.path.join(_OUT_DIR, "ddp_resnet50.json"),
                    help="write the per-mode records here (default %(default)s; '' for none)")

@@ -5,7 +5,7 @@
 
 Each rank calls pycomm.all_reduce on the same tensor `--calls` times, timing
 each call on its own; rank 0 prints the median and the 10th/90th percentiles.
-Unlike allreduce_perf.py, no benchmark closure sits around the call.
+Unlike bench/collectives_perf.py, no benchmark closure sits around the call.
 """
 import argparse
 import os
