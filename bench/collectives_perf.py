@@ -328,7 +328,7 @@ def probe(fn) -> str | None:
         fn()
         err = None
     except Exception as e:  # noqa: BLE001 - any failure drops the peer, with its text
-        err = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:160] if str(e).strip() else ''}"
+        err = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:160]}"
     errs = [None] * dist.get_world_size()
     dist.all_gather_object(errs, err)
     return next((e for e in errs if e), None)
@@ -353,11 +353,11 @@ def pycomm_backend_peer(args, world, op_name):
     group = group_box[0]
     peer = Peer("pycomm", "pycomm_backend",
                 f"pycomm = dist.new_group(backend={name!r}) through dist.*")
-    op = reduce_op(dist, op_name)
-    err = probe(lambda: dist.all_reduce(torch.ones(1), op=op, group=group))
+    err = probe(lambda: dist.all_reduce(torch.ones(1), group=group))
     if err:
         return None, f"a 1-element all_reduce on the {name!r} group failed: {err}"
-    peer.calls = dist_calls(dist, group, op)
+    # An op or dtype it refuses drops it from a collective later, with the error.
+    peer.calls = dist_calls(dist, group, reduce_op(dist, op_name))
     peer.exact = {c: True for c in COLLECTIVES}
     peer.group = group
     return peer, None
@@ -766,8 +766,9 @@ def run(args):
     warm = torch.zeros(256, dtype=dtype)
     for p in peers:
         if "all_reduce" in p.calls:
-            for _ in range(200):
-                p.calls["all_reduce"](warm, warm)
+            err = probe(lambda: [p.calls["all_reduce"](warm, warm) for _ in range(200)])
+            if err:
+                p.failed["all_reduce"] = f"warm-up: {err}"
 
     timer = Timer(args, args.rounds)
     rows, summary = [], []
@@ -840,7 +841,7 @@ def collective_summary(collective, rows, primary, has_mpi):
         r = next((r for r in rows if r["size"] == size), None)
         s = r and r.get("gloo_over_pycomm")
         if s is None:
-            parts.append(f"{human(size)}: -")
+            parts.append(f"{human(size)}: {'not in this sweep' if r is None else '-'}")
             met.append(None)
         else:
             ok = s >= target
@@ -941,33 +942,38 @@ def parse_args(argv=None):
                    help="multiply the size by this from one row to the next (<= 1: add 1 byte); "
                         "64K and 16M are added when within -b..-e")
     p.add_argument("--nproc", type=int, default=2, help="ranks to spawn (ignored under torchrun)")
-    p.add_argument("--collective", default=",".join(COLLECTIVES),
-                   help=f"comma list of {', '.join(COLLECTIVES)}")
-    p.add_argument("-d", "--dtype", choices=DTYPES, default="float32")
-    p.add_argument("-o", "--op", choices=OPS, default="sum",
-                   help="reduction of all_reduce, reduce and reduce_scatter (premul_sum: x2)")
+    p.add_argument("--collective", default="all", metavar="NAME[,NAME...]",
+                   help=f"collectives to sweep, of {', '.join(COLLECTIVES)}; all: every one")
+    p.add_argument("-d", "--dtype", choices=DTYPES, default="float32", metavar="DTYPE",
+                   help=f"element type, of {', '.join(DTYPES)}")
+    p.add_argument("-o", "--op", choices=OPS, default="sum", metavar="OP",
+                   help=f"reduction of all_reduce, reduce and reduce_scatter, of {', '.join(OPS)} "
+                        f"(premul_sum: x{PREMUL_FACTOR:g})")
     p.add_argument("--algorithm", default="auto",
                    help="auto | ring | direct: the direct API's algorithm")
-    p.add_argument("--min-time", type=float, default=0.3,
+    p.add_argument("--min-time", type=float, default=0.3, metavar="SECONDS",
                    help="seconds of calls per size and peer, over all rounds")
     p.add_argument("--rounds", type=int, default=3,
                    help="times each peer is measured per size, in turns")
     p.add_argument("--min-iters", type=int, default=5, help="calls per measurement, at least")
     p.add_argument("--max-iters", type=int, default=20000, help="calls per measurement, at most")
-    p.add_argument("-w", "--warmup", type=int, default=5, help="untimed calls before each measurement")
+    p.add_argument("-w", "--warmup", type=int, default=5,
+                   help="untimed calls before each measurement")
     p.add_argument("--no-stock", action="store_true",
                    help="skip the stock backend (gloo): no gloo columns or ratio")
     p.add_argument("--no-direct", action="store_true", help="skip pycomm.all_reduce's columns")
     p.add_argument("--no-mpi", action="store_true", help="skip the Open MPI column")
     p.add_argument("--no-deepspeed", action="store_true", help="skip the DeepSpeed column")
-    p.add_argument("--mpi-timeout", type=float, default=3600,
+    p.add_argument("--mpi-timeout", type=float, default=3600, metavar="SECONDS",
                    help="seconds the mpirun launch may take")
     p.add_argument("--pycomm-backend", default="pycomm", help=argparse.SUPPRESS)  # development
-    p.add_argument("--json", help="write the rows (and a summary) to this file")
+    p.add_argument("--json", metavar="PATH", help="write the rows (and a summary) to this file")
     args = p.parse_args(argv)
     if args.minbytes < 1 or args.minbytes > args.maxbytes:
         p.error("-b must be >= 1 and must not exceed -e")
     names = [c.strip() for c in args.collective.split(",") if c.strip()]
+    if names == ["all"]:
+        names = list(COLLECTIVES)
     bad = [c for c in names if c not in COLLECTIVES]
     if bad or not names:
         p.error(f"--collective: unknown {', '.join(bad) or '(none)'}; choose from "
