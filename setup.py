@@ -64,7 +64,9 @@ if WITH_CUDA and not os.environ.get("TORCH_CUDA_ARCH_LIST"):
     if not torch.cuda.is_available():
         os.environ["TORCH_CUDA_ARCH_LIST"] = "8.0;9.0"
 
-core_sources = sorted(glob.glob("csrc/core/*.cpp"))
+# The core's layers are folders (transport/, collectives/, kernels/); its
+# native tests build under CMake only.
+core_sources = sorted(f for f in glob.glob("csrc/core/*/*.cpp") if "/tests/" not in f)
 torch_sources = sorted(glob.glob("csrc/torch/*.cpp"))
 cuda_sources = sorted(glob.glob("csrc/cuda/*.cu")) if WITH_CUDA else []
 

@@ -1,19 +1,23 @@
-"""pycomm: shared-memory (and CUDA IPC) collectives for PyTorch.
+"""pycomm: shared-memory collectives for PyTorch on CPU ranks of one host.
 
     import torch.distributed as dist, pycomm
-    dist.init_process_group("gloo")
-    comm = pycomm.init()
+    dist.init_process_group("cpu:pycomm")      # every collective, DDP and FSDP2 with no hook
+
+    dist.init_process_group("gloo")            # or pycomm's own API beside another backend
     pycomm.all_reduce(t, op="sum")
+    model.register_comm_hook(None, pycomm.ring_hook)
 """
 import torch  # noqa: F401  (loads libc10 and friends, which _C links against)
+import torch.distributed  # noqa: F401  (registers c10d's types, which _C's backend uses)
 
-from . import _C
+from . import _C, backend
 from ._C import CollectiveMismatch, CommError, CommTimeout
 from .bucketing import allreduce_gradients
 from .comm import Communicator, all_reduce, barrier, destroy, get_communicator, init
 from .hooks import RingState, ring_hook
 
 CommError.__module__ = CommTimeout.__module__ = CollectiveMismatch.__module__ = "pycomm"
+backend.register()
 
 __all__ = [
     "CollectiveMismatch",

@@ -1,5 +1,7 @@
-// The vocabulary ranks agree on when they enter a collective: its kind and
-// algorithm, and the text that names a fingerprint in error messages.
+// The vocabulary ranks agree on when they enter a collective: its kind, its
+// algorithm, and the fingerprint every rank publishes at the handshake. Two
+// ranks that publish different fingerprints are in different collectives, and
+// every rank raises CollectiveMismatch before any byte moves.
 #pragma once
 
 #include <cstdint>
@@ -7,22 +9,53 @@
 #include <string>
 
 #include "dtypes.h"
-#include "shm_layout.h"
 
 namespace pycomm::core {
 
-enum class CollectiveKind : uint32_t { kAllReduce = 1, kBarrier = 2 };
+enum class CollectiveKind : uint32_t {
+  kAllReduce = 1,
+  kBarrier = 2,
+  kBroadcast = 3,
+  kReduce = 4,
+  kAllGather = 5,
+  kReduceScatter = 6,
+  kAllToAll = 7,
+};
 
 enum class Algorithm : uint32_t {
   kAuto = 0,    // resolved to one of the below before any rank sends
-  kDirect = 1,  // one shot: every rank reduces every peer's slot, in rank order
-  kRing = 2,    // reduce-scatter then all-gather around the ring, pipelined
+  kDirect = 1,  // one shot through per-rank slots that every peer reads after a handshake
+  kRing = 2,    // pipelined ring over the links to rank+1 (reduce-scatter and/or all-gather)
+  kPairwise = 3,  // all-to-all: one link per peer pair, w-1 steps
+};
+
+// What a rank declares when it enters a collective. Plain data: it is written
+// into shared memory and compared field by field. Layout version 2 added root
+// and divisor (bump kLayoutVersion in session_layout.h when this changes).
+struct Fingerprint {
+  uint64_t count = 0;      // elements per rank (all_gather: input; reduce_scatter: output)
+  uint32_t kind = 0;       // CollectiveKind
+  uint32_t dtype = 0;      // DType
+  uint32_t op = 0;         // ReduceOp (0 where the collective does not reduce)
+  uint32_t algorithm = 0;  // resolved Algorithm
+  int32_t root = -1;       // broadcast and reduce; -1 elsewhere
+  uint32_t divisor = 0;    // avg: what the sum is divided by; 0 elsewhere
+  bool operator==(const Fingerprint& o) const {
+    return count == o.count && kind == o.kind && dtype == o.dtype && op == o.op &&
+           algorithm == o.algorithm && root == o.root && divisor == o.divisor;
+  }
+  bool operator!=(const Fingerprint& o) const { return !(*this == o); }
 };
 
 inline const char* kind_name(uint32_t k) {
   switch (CollectiveKind(k)) {
     case CollectiveKind::kAllReduce: return "all_reduce";
     case CollectiveKind::kBarrier: return "barrier";
+    case CollectiveKind::kBroadcast: return "broadcast";
+    case CollectiveKind::kReduce: return "reduce";
+    case CollectiveKind::kAllGather: return "all_gather";
+    case CollectiveKind::kReduceScatter: return "reduce_scatter";
+    case CollectiveKind::kAllToAll: return "all_to_all";
   }
   return "unknown";
 }
@@ -32,6 +65,7 @@ inline const char* algorithm_name(uint32_t a) {
     case Algorithm::kAuto: return "auto";
     case Algorithm::kDirect: return "direct";
     case Algorithm::kRing: return "ring";
+    case Algorithm::kPairwise: return "pairwise";
   }
   return "unknown";
 }
@@ -39,13 +73,12 @@ inline const char* algorithm_name(uint32_t a) {
 inline std::string describe(const Fingerprint& fp) {
   std::ostringstream os;
   os << kind_name(fp.kind);
-  if (CollectiveKind(fp.kind) == CollectiveKind::kAllReduce) {
-    os << "(count=" << fp.count << ", dtype=" << dtype_name(DType(fp.dtype))
-       << ", op=" << op_name(ReduceOp(fp.op)) << ", algorithm=" << algorithm_name(fp.algorithm)
-       << ")";
-  } else {
-    os << "()";
-  }
+  if (CollectiveKind(fp.kind) == CollectiveKind::kBarrier) return os.str() + "()";
+  os << "(count=" << fp.count << ", dtype=" << dtype_name(DType(fp.dtype));
+  if (fp.op) os << ", op=" << op_name(ReduceOp(fp.op));
+  if (fp.divisor) os << ", divisor=" << fp.divisor;
+  if (fp.root >= 0) os << ", root=" << fp.root;
+  os << ", algorithm=" << algorithm_name(fp.algorithm) << ")";
   return os.str();
 }
 
@@ -55,6 +88,8 @@ inline const char* first_difference(const Fingerprint& a, const Fingerprint& b) 
   if (a.count != b.count) return "count";
   if (a.dtype != b.dtype) return "dtype";
   if (a.op != b.op) return "op";
+  if (a.root != b.root) return "root";
+  if (a.divisor != b.divisor) return "divisor";
   if (a.algorithm != b.algorithm) return "algorithm";
   return "nothing";
 }

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "../core/bucket_pack.h"
+#include "../core/kernels/bucket_pack.h"
 #include "../core/dtypes.h"
 
 namespace pycomm::bucket {

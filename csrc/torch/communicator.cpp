@@ -1,44 +1,24 @@
 #include "communicator.h"
 
-#include <pybind11/pybind11.h>
-
-#include <sstream>
-
 #include "../core/errors.h"
-#include "dtype_map.h"
-
-namespace py = pybind11;
 
 namespace pycomm {
 namespace {
 
-// Argument errors name the argument and are raised before anything is sent.
-void check_tensor(const at::Tensor& t, core::DType* dtype) {
-  if (!t.defined()) throw py::type_error("tensor: expected a tensor, got an undefined tensor");
-  if (t.layout() != at::kStrided) {
-    std::ostringstream os;
-    os << "tensor: sparse and other non-strided layouts are not supported, got " << t.layout();
-    throw py::type_error(os.str());
-  }
-  if (!t.device().is_cpu()) {
-    std::ostringstream os;
-    os << "tensor: expected a CPU tensor (the shared-memory transport), got device " << t.device();
-    throw py::type_error(os.str());
-  }
-  if (!to_core_dtype(t.scalar_type(), dtype)) {
-    std::ostringstream os;
-    os << "tensor: unsupported dtype " << t.scalar_type() << "; supported: " << kSupportedDtypes;
-    throw py::type_error(os.str());
-  }
-  if (!t.is_contiguous()) {
-    std::ostringstream os;
-    os << "tensor: must be contiguous, got sizes " << t.sizes() << " and strides " << t.strides();
-    throw py::value_error(os.str());
-  }
-  if (t.is_conj() || t.is_neg()) throw py::value_error("tensor: resolve conj/neg views first");
+// The backup buffer of restore_on_failure is freed after this long unused, so
+// one large all-reduce does not pin its size for the life of the process.
+constexpr auto kBackupIdle = std::chrono::seconds(1);
+
+c10::TypePtr result_type(const Job& job) {
+  return job.future_holds_list ? c10::TypePtr(c10::ListType::create(c10::TensorType::get()))
+                               : c10::TypePtr(c10::TensorType::get());
 }
 
 }  // namespace
+
+WorkItem::WorkItem(Job j) : job(std::move(j)) {
+  future = c10::make_intrusive<c10::ivalue::Future>(result_type(job));
+}
 
 void WorkItem::finish(std::exception_ptr err) {
   error = std::move(err);
@@ -49,8 +29,10 @@ void WorkItem::finish(std::exception_ptr err) {
   cv.notify_all();
   if (error) {
     future->setError(error);
+  } else if (job.future_holds_list) {
+    future->markCompleted(c10::IValue(job.outputs));
   } else {
-    future->markCompleted(c10::IValue(collective.tensor));
+    future->markCompleted(c10::IValue(job.outputs.at(0)));
   }
 }
 
@@ -60,93 +42,74 @@ void WorkItem::wait() {
   if (error) std::rethrow_exception(error);
 }
 
-Communicator::Communicator(int rank, int world, const std::string& segment_name, bool create,
-                           const CommunicatorOptions& options)
-    : options_(options) {
-  transport_ = create ? core::ShmTransport::create(rank, world, segment_name, options.transport)
-                      : core::ShmTransport::attach(rank, world, segment_name, options.transport);
+bool WorkItem::completed() {
+  std::lock_guard<std::mutex> lock(mu);
+  return done;
 }
+
+Communicator::Communicator(int rank, int world, const std::string& segment_name, bool create,
+                           const core::CommConfig& config)
+    : config_(config),
+      session_(create ? core::Session::create(rank, world, segment_name, config.wait,
+                                              core::ShmDataPath::region(world, config.data))
+                      : core::Session::attach(rank, world, segment_name, config.wait)),
+      path_(std::make_unique<core::ShmDataPath>(*session_)),
+      context_{*session_, *path_, backup_, config_.tuning} {}
 
 Communicator::~Communicator() { close(); }
 
 void Communicator::start() {
-  transport_->start();
+  session_->start();
   worker_ = std::thread([this] { worker_loop(); });
 }
 
-void Communicator::unlink_name() { transport_->unlink_name(); }
+void Communicator::unlink_name() { session_->unlink_name(); }
 
-std::shared_ptr<WorkItem> Communicator::all_reduce(const at::Tensor& tensor, const std::string& op,
-                                                   bool async_op, const std::string& algorithm) {
-  Collective c;
-  if (!to_core_op(op, &c.args.op)) {
-    throw py::value_error("op: unknown reduction '" + op +
-                          "'; expected one of sum, avg, max, min, product");
-  }
-  if (!to_core_algorithm(algorithm, &c.args.algorithm)) {
-    throw py::value_error("algorithm: unknown algorithm '" + algorithm +
-                          "'; expected one of auto, ring, direct");
-  }
-  check_tensor(tensor, &c.args.dtype);
-  if (c.args.op == core::ReduceOp::kAvg && !core::is_floating(c.args.dtype)) {
-    // gloo rejects AVG outright; for integers a rounding rule would have to be
-    // invented, so ask for an explicit sum instead.
-    throw py::value_error("op: 'avg' is not defined for integer tensors (dtype " +
-                          std::string(core::dtype_name(c.args.dtype)) +
-                          "); use op='sum' and divide");
-  }
-  c.tensor = tensor;
-  c.args.data = tensor.data_ptr();
-  c.args.count = size_t(tensor.numel());
-  return submit(std::move(c), async_op);
-}
-
-void Communicator::barrier() {
-  Collective c;
-  c.kind = core::CollectiveKind::kBarrier;
-  submit(std::move(c), false);
-}
-
-std::shared_ptr<WorkItem> Communicator::submit(Collective c, bool async_op) {
+std::shared_ptr<WorkItem> Communicator::submit(Job job, bool async_op) {
   std::unique_lock<std::mutex> lock(mu_);
   if (closing_) throw core::CommError("pycomm: the communicator is closed");
-  if (!async_op && queue_.empty() && !busy_) {
-    // Idle and synchronous: run here, without a thread hop or a queued item.
-    busy_ = true;
+  if (async_op || !queue_.empty() || busy_) {
     lock.unlock();
-    std::exception_ptr error;
-    {
-      py::gil_scoped_release no_gil;
-      error = run(c);
-    }
-    lock.lock();
-    busy_ = false;
-    // Wake the worker only when it has something to do (or close() waits):
-    // a needless wake-up costs a context switch on every small collective.
-    const bool wake = !queue_.empty() || closing_;
-    lock.unlock();
-    if (wake) cv_.notify_all();
-    if (error) std::rethrow_exception(error);
+    auto item = enqueue(std::move(job));
+    if (async_op) return item;
+    item->wait();
     return nullptr;
   }
-  auto item = std::make_shared<WorkItem>(std::move(c));
-  item->future = c10::make_intrusive<c10::ivalue::Future>(c10::TensorType::get());
-  queue_.push_back(item);
+  // Idle and synchronous: run here, without a thread hop or a queued item.
+  busy_ = true;
   lock.unlock();
-  cv_.notify_all();
-  if (async_op) return item;
-  py::gil_scoped_release no_gil;
-  item->wait();
+  std::exception_ptr error = run(job);
+  lock.lock();
+  busy_ = false;
+  last_run_ = std::chrono::steady_clock::now();
+  // Wake the worker only when it has something to do (or close() waits):
+  // a needless wake-up costs a context switch on every small collective.
+  const bool wake = !queue_.empty() || closing_;
+  lock.unlock();
+  if (wake) cv_.notify_all();
+  if (error) std::rethrow_exception(error);
   return nullptr;
 }
 
-std::exception_ptr Communicator::run(const Collective& c) {
+std::shared_ptr<WorkItem> Communicator::enqueue(Job job) {
+  auto item = std::make_shared<WorkItem>(std::move(job));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closing_) throw core::CommError("pycomm: the communicator is closed");
+    queue_.push_back(item);
+  }
+  cv_.notify_all();
+  return item;
+}
+
+void Communicator::flush() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
+}
+
+std::exception_ptr Communicator::run(const Job& job) {
   try {
-    if (c.kind == core::CollectiveKind::kBarrier) {
-      core::barrier(*transport_);
-    } else {
-      core::all_reduce(*transport_, c.args, options_.tuning, backup_);
-    }
+    job.body(context_);
   } catch (...) {
     return std::current_exception();
   }
@@ -156,7 +119,15 @@ std::exception_ptr Communicator::run(const Collective& c) {
 void Communicator::worker_loop() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    cv_.wait(lock, [&] { return (!queue_.empty() && !busy_) || (closing_ && !busy_); });
+    const bool woken = cv_.wait_for(lock, kBackupIdle, [&] {
+      return (!queue_.empty() && !busy_) || (closing_ && !busy_);
+    });
+    if (!woken) {
+      // Idle for a while: give the backup's memory back. busy_ is false here,
+      // so no collective uses it.
+      if (!busy_ && std::chrono::steady_clock::now() - last_run_ >= kBackupIdle) backup_.release();
+      continue;
+    }
     if (queue_.empty()) return;  // closing, nothing left
     std::shared_ptr<WorkItem> item = std::move(queue_.front());
     queue_.pop_front();
@@ -165,14 +136,15 @@ void Communicator::worker_loop() {
     lock.unlock();
     item->finish(closing ? std::make_exception_ptr(
                                core::CommError("pycomm: the communicator was closed"))
-                         : run(item->collective));
+                         : run(item->job));
     // Drop our reference before taking mu_ again: if it is the last one, the
-    // tensor's destructor takes the GIL, and a Python thread may hold the GIL
-    // while it waits for mu_ in submit(). Lock order: GIL, then mu_ - never
+    // tensors' destructors may take the GIL, and a Python thread may hold the
+    // GIL while it waits for mu_ in submit(). Lock order: GIL, then mu_ - never
     // the GIL while holding mu_.
     item.reset();
     lock.lock();
     busy_ = false;
+    last_run_ = std::chrono::steady_clock::now();
     cv_.notify_all();
   }
 }
@@ -184,18 +156,10 @@ void Communicator::close() {
     closing_ = true;
   }
   cv_.notify_all();
-  auto drain = [&] {
-    if (worker_.joinable()) worker_.join();
-    // A synchronous collective may still run in another caller's thread.
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return !busy_; });
-  };
-  if (Py_IsInitialized() && PyGILState_Check()) {
-    py::gil_scoped_release no_gil;
-    drain();
-  } else {
-    drain();
-  }
+  if (worker_.joinable()) worker_.join();
+  // A synchronous collective may still run in another caller's thread.
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return !busy_; });
 }
 
 }  // namespace pycomm

@@ -1,89 +1,99 @@
-// The stateful communicator exposed to Python: it owns the shared-memory
-// transport and one worker thread that runs queued collectives in call order
-// and completes a torch Future for each. A synchronous call that finds the
-// communicator idle runs in the caller's thread instead, which keeps a small
-// all-reduce at a few microseconds.
+// The stateful communicator: a session, its shared-memory data path, and one
+// worker thread that runs queued collectives in call order and completes a
+// torch Future for each. A synchronous call that finds the communicator idle
+// runs in the caller's thread instead, which keeps a small all-reduce at a few
+// microseconds. Used by pycomm.Communicator (module.cpp) and by the c10d
+// backend (backend.cpp).
+//
+// No Python here: the c10d backend calls in from DDP's threads, which do not
+// hold the GIL. The binding layer releases the GIL around blocking calls.
 #pragma once
 
 #include <ATen/ATen.h>
 #include <ATen/core/ivalue.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
-#include "../core/allreduce.h"
-#include "../core/shm_transport.h"
+#include "../core/collectives/collectives.h"
+#include "../core/tuning.h"
 
 namespace pycomm {
 
-struct CommunicatorOptions {
-  core::TransportConfig transport;
-  core::AllReduceTuning tuning;
+// What to run: the collective itself, the tensors it reads and writes (kept
+// alive until it finished) and what its future completes with.
+struct Job {
+  std::function<void(const core::Context&)> body;
+  std::vector<at::Tensor> outputs;
+  // true: the future holds the output tensor list (c10d's convention);
+  // false: the one output tensor (pycomm.all_reduce's).
+  bool future_holds_list = true;
 };
 
-// What to run: a collective and its (already checked) arguments.
-struct Collective {
-  core::CollectiveKind kind = core::CollectiveKind::kAllReduce;
-  at::Tensor tensor;  // keeps the memory alive while the collective runs
-  core::AllReduceArgs args;
-};
-
-// A collective that went through the queue. `future` completes with the
-// tensor (or the error).
+// A job that went through the queue. `future` completes with its outputs (or
+// the error).
 struct WorkItem {
-  explicit WorkItem(Collective c) : collective(std::move(c)) {}
-  Collective collective;
+  explicit WorkItem(Job j);
+  Job job;
   c10::intrusive_ptr<c10::ivalue::Future> future;
-  std::exception_ptr error;  // the original typed exception, for Work.wait()
+  std::exception_ptr error;  // the original typed exception, for wait()
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
 
   void finish(std::exception_ptr err);  // records the outcome, wakes waiters
   void wait();                          // blocks until done; rethrows the typed exception
+  bool completed();
 };
 
 class Communicator {
  public:
   Communicator(int rank, int world, const std::string& segment_name, bool create,
-               const CommunicatorOptions& options);
+               const core::CommConfig& config);
   ~Communicator();
 
-  // Second half of set-up, once every rank has attached (see pycomm/comm.py).
+  // Second half of set-up, once every rank has attached (see pycomm/rendezvous.py).
   void start();
   void unlink_name();
 
-  // Validates, then either runs now (synchronous and idle) or queues. Returns
-  // the queued item for async calls, nullptr for synchronous ones.
-  std::shared_ptr<WorkItem> all_reduce(const at::Tensor& tensor, const std::string& op,
-                                       bool async_op, const std::string& algorithm);
-  void barrier();
+  // Runs `job` now (synchronous and idle) and returns nullptr, or queues it
+  // and returns its item: async_op, or another collective is queued or running.
+  std::shared_ptr<WorkItem> submit(Job job, bool async_op);
+  // Queues `job` whatever the state (the c10d backend: DDP must overlap).
+  std::shared_ptr<WorkItem> enqueue(Job job);
+  // Blocks until every queued collective has finished.
+  void flush();
   void close();
 
-  int rank() const { return transport_->rank(); }
-  int world() const { return transport_->world(); }
-  const std::string& name() const { return transport_->name(); }
-  const CommunicatorOptions& options() const { return options_; }
+  int rank() const { return session_->rank(); }
+  int world() const { return session_->world(); }
+  const std::string& name() const { return session_->name(); }
+  const core::CommConfig& config() const { return config_; }
 
  private:
-  std::shared_ptr<WorkItem> submit(Collective c, bool async_op);
-  std::exception_ptr run(const Collective& c);  // the error, or null
+  std::exception_ptr run(const Job& job);  // the error, or null
   void worker_loop();
 
-  std::unique_ptr<core::ShmTransport> transport_;
-  CommunicatorOptions options_;
+  core::CommConfig config_;
+  std::unique_ptr<core::Session> session_;
+  std::unique_ptr<core::ShmDataPath> path_;
   core::InputBackup backup_;  // used only by whoever holds busy_
+  core::Context context_;
 
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<WorkItem>> queue_;
   bool busy_ = false;     // a collective runs now, in the worker or a caller
   bool closing_ = false;
+  std::chrono::steady_clock::time_point last_run_;  // when the backup was last used
   std::thread worker_;
 };
 

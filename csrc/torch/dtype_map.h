@@ -5,6 +5,8 @@
 
 #include <string>
 
+#include <torch/csrc/distributed/c10d/Types.hpp>
+
 #include "../core/collective.h"
 #include "../core/dtypes.h"
 
@@ -36,6 +38,24 @@ inline bool to_core_op(const std::string& s, core::ReduceOp* out) {
   else if (s == "product") *out = core::ReduceOp::kProduct;
   else return false;
   return true;
+}
+
+// c10d's ReduceOp. PREMUL_SUM becomes a sum of inputs scaled first (*premul
+// set); the bitwise ops are not pycomm's (false: the backend forwards them).
+inline bool to_core_op(const c10d::ReduceOp& op, core::ReduceOp* out, bool* premul) {
+  *premul = false;
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM: *out = core::ReduceOp::kSum; return true;
+    case c10d::ReduceOp::AVG: *out = core::ReduceOp::kAvg; return true;
+    case c10d::ReduceOp::PRODUCT: *out = core::ReduceOp::kProduct; return true;
+    case c10d::ReduceOp::MIN: *out = core::ReduceOp::kMin; return true;
+    case c10d::ReduceOp::MAX: *out = core::ReduceOp::kMax; return true;
+    case c10d::ReduceOp::PREMUL_SUM:
+      *out = core::ReduceOp::kSum;
+      *premul = true;
+      return true;
+    default: return false;
+  }
 }
 
 inline bool to_core_algorithm(const std::string& s, core::Algorithm* out) {

@@ -1,12 +1,21 @@
-// pycomm._C: the Python binding of the communicator and its error types.
+// pycomm._C: the Python binding. The one layer that knows about Python: it
+// translates errors, releases the GIL around blocking calls, and turns
+// pycomm.all_reduce's arguments into a communicator job.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
+#include <torch/csrc/utils/pybind.h>
 #include <torch/extension.h>
 
+#include <thread>
+
 #include "../core/errors.h"
-#include "../core/shm_segment.h"
+#include "../core/transport/shm_segment.h"
+#include "../core/tuning.h"
+#include "backend.h"
 #include "communicator.h"
+#include "dtype_map.h"
+#include "tensor_checks.h"
 
 namespace py = pybind11;
 
@@ -15,18 +24,15 @@ namespace {
 
 // What async_op=True returns: .wait() raises the original typed exception;
 // .get_future() is a torch.futures.Future completed by the worker thread.
-class Work {
+class PyWork {
  public:
-  explicit Work(std::shared_ptr<WorkItem> item) : item_(std::move(item)) {}
+  explicit PyWork(std::shared_ptr<WorkItem> item) : item_(std::move(item)) {}
   bool wait() {
     py::gil_scoped_release no_gil;
     item_->wait();
     return true;
   }
-  bool is_completed() {
-    std::lock_guard<std::mutex> lock(item_->mu);
-    return item_->done;
-  }
+  bool is_completed() { return item_->completed(); }
   std::shared_ptr<torch::jit::PythonFutureWrapper> get_future() {
     return std::make_shared<torch::jit::PythonFutureWrapper>(item_->future);
   }
@@ -34,6 +40,76 @@ class Work {
  private:
   std::shared_ptr<WorkItem> item_;
 };
+
+// The communicator's destructor joins its worker, and the worker may need the
+// GIL to drop the last reference to a tensor: never destroy it holding the GIL.
+struct ReleaseGilAndDelete {
+  void operator()(Communicator* c) const {
+    if (Py_IsInitialized() && PyGILState_Check()) {
+      py::gil_scoped_release no_gil;
+      delete c;
+    } else {
+      delete c;
+    }
+  }
+};
+
+py::object all_reduce(Communicator& comm, const at::Tensor& tensor, const std::string& op,
+                      bool async_op, const std::string& algorithm, py::object restore_on_failure) {
+  core::AllReduceArgs a;
+  TORCH_CHECK_VALUE(to_core_op(op, &a.op), "op: unknown reduction '", op,
+                    "'; expected one of sum, avg, max, min, product");
+  TORCH_CHECK_VALUE(to_core_algorithm(algorithm, &a.algorithm), "algorithm: unknown algorithm '",
+                    algorithm, "'; expected one of auto, ring, direct");
+  a.dtype = check_tensor(tensor, "tensor");
+  check_op_for_dtype(a.op, false, a.dtype);
+  a.data = tensor.data_ptr();
+  a.count = size_t(tensor.numel());
+  a.restore = restore_on_failure.is_none() ? comm.config().tuning.restore_on_failure
+                                           : restore_on_failure.cast<bool>();
+  Job job;
+  job.future_holds_list = false;
+  job.outputs = {tensor};
+  job.body = [a](const core::Context& ctx) { core::all_reduce(ctx, a); };
+  std::shared_ptr<WorkItem> item;
+  {
+    py::gil_scoped_release no_gil;
+    item = comm.submit(std::move(job), async_op);
+  }
+  if (!item) return py::none();
+  return py::cast(PyWork(std::move(item)));
+}
+
+py::dict config_dict(const core::CommConfig& c) {
+  py::dict d;
+  d["timeout_s"] = c.wait.timeout_s;
+  d["spin_us"] = c.wait.spin_us;
+  d["yield_us"] = c.wait.yield_us;
+  d["slot_bytes"] = c.data.slot_bytes;
+  d["link_bytes"] = c.data.link_bytes;
+  d["link_buffers"] = c.data.link_buffers;
+  d["direct_max_bytes"] = c.tuning.direct_max_bytes;
+  d["restore_on_failure"] = c.tuning.restore_on_failure;
+  return d;
+}
+
+core::CommConfig config_from(int world, const py::dict& d) {
+  core::CommConfig c = core::default_config(world, int(std::thread::hardware_concurrency()));
+  for (auto item : d) {
+    const std::string key = py::str(item.first);
+    py::handle v = item.second;
+    if (key == "timeout_s") c.wait.timeout_s = v.cast<double>();
+    else if (key == "spin_us") c.wait.spin_us = v.cast<double>();
+    else if (key == "yield_us") c.wait.yield_us = v.cast<double>();
+    else if (key == "slot_bytes") c.data.slot_bytes = v.cast<size_t>();
+    else if (key == "link_bytes") c.data.link_bytes = v.cast<size_t>();
+    else if (key == "link_buffers") c.data.link_buffers = v.cast<size_t>();
+    else if (key == "direct_max_bytes") c.tuning.direct_max_bytes = v.cast<size_t>();
+    else if (key == "restore_on_failure") c.tuning.restore_on_failure = v.cast<bool>();
+    else throw py::value_error("config: unknown setting '" + key + "'");
+  }
+  return c;
+}
 
 bool cuda_built() {
 #ifdef PYCOMM_WITH_CUDA
@@ -48,7 +124,7 @@ bool cuda_built() {
 
 PYBIND11_MODULE(_C, m) {
   using namespace pycomm;
-  m.doc() = "pycomm native core: shared-memory communicator";
+  m.doc() = "pycomm native core: shared-memory communicator and torch.distributed backend";
 
   // The exception classes live as long as the process (never decref'd), so
   // the translator below can use them during interpreter shutdown too.
@@ -61,6 +137,8 @@ PYBIND11_MODULE(_C, m) {
   m.attr("CommError") = py::handle(comm_error);
   m.attr("CommTimeout") = py::handle(comm_timeout);
   m.attr("CollectiveMismatch") = py::handle(mismatch);
+  // Registered after torch's, so tried first: pycomm's errors keep their
+  // types through torch.distributed's Work.wait() too.
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
@@ -72,55 +150,54 @@ PYBIND11_MODULE(_C, m) {
       PyErr_SetString(comm_error, e.what());
     } catch (const core::InvalidArgument& e) {
       PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const c10::TypeError& e) {
+      PyErr_SetString(PyExc_TypeError, e.what_without_backtrace());
+    } catch (const c10::ValueError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what_without_backtrace());
     }
   });
 
-  py::class_<Work>(m, "Work")
-      .def("wait", &Work::wait, "Blocks until the collective finished; raises its error.")
-      .def("is_completed", &Work::is_completed)
-      .def("get_future", &Work::get_future,
+  py::class_<PyWork>(m, "Work")
+      .def("wait", &PyWork::wait, "Blocks until the collective finished; raises its error.")
+      .def("is_completed", &PyWork::is_completed)
+      .def("get_future", &PyWork::get_future,
            "A torch.futures.Future that completes with the tensor.");
 
-  py::class_<Communicator>(m, "Communicator")
-      .def(py::init([](int rank, int world, const std::string& name, bool create, double timeout_s,
-                       size_t direct_bytes, size_t ring_buffer_bytes, size_t ring_buffers,
-                       size_t direct_max_bytes, double spin_us, double yield_us,
-                       bool restore_on_failure) {
-             CommunicatorOptions o;
-             o.transport.timeout_s = timeout_s;
-             o.transport.direct_bytes = direct_bytes;
-             o.transport.ring_buffer_bytes = ring_buffer_bytes;
-             o.transport.ring_buffers = ring_buffers;
-             o.transport.spin_us = spin_us;
-             o.transport.yield_us = yield_us;
-             o.tuning.direct_max_bytes = direct_max_bytes;
-             o.tuning.restore_on_failure = restore_on_failure;
-             return new Communicator(rank, world, name, create, o);
+  py::class_<Communicator, std::shared_ptr<Communicator>>(m, "Communicator")
+      .def(py::init([](int rank, int world, const std::string& name, bool create, const py::dict& config) {
+             core::CommConfig c = config_from(world, config);
+             py::gil_scoped_release no_gil;
+             return std::shared_ptr<Communicator>(new Communicator(rank, world, name, create, c),
+                                                  ReleaseGilAndDelete{});
            }),
-           py::arg("rank"), py::arg("world"), py::arg("name"), py::arg("create"),
-           py::arg("timeout_s"), py::arg("direct_bytes"), py::arg("ring_buffer_bytes"),
-           py::arg("ring_buffers"), py::arg("direct_max_bytes"), py::arg("spin_us"),
-           py::arg("yield_us"), py::arg("restore_on_failure"))
+           py::arg("rank"), py::arg("world"), py::arg("name"), py::arg("create"), py::arg("config"))
       .def("start", &Communicator::start)
       .def("unlink_name", &Communicator::unlink_name)
-      .def(
-          "all_reduce",
-          [](Communicator& c, const at::Tensor& t, const std::string& op, bool async_op,
-             const std::string& algorithm) -> py::object {
-            auto item = c.all_reduce(t, op, async_op, algorithm);
-            if (!item) return py::none();
-            return py::cast(Work(std::move(item)));
-          },
-          py::arg("tensor"), py::arg("op"), py::arg("async_op"), py::arg("algorithm"))
-      .def("barrier", &Communicator::barrier)
-      .def("close", &Communicator::close)
+      .def("all_reduce", &all_reduce, py::arg("tensor"), py::arg("op"), py::arg("async_op"),
+           py::arg("algorithm"), py::arg("restore_on_failure") = py::none())
+      .def("barrier", [](Communicator& c) {
+             Job job;
+             job.body = [](const core::Context& ctx) { core::barrier(ctx); };
+             py::gil_scoped_release no_gil;
+             c.submit(std::move(job), false);
+           })
+      .def("close", &Communicator::close, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("rank", &Communicator::rank)
       .def_property_readonly("world_size", &Communicator::world)
       .def_property_readonly("segment_name", &Communicator::name)
-      .def_property_readonly("timeout_s",
-                             [](const Communicator& c) { return c.options().transport.timeout_s; });
+      .def_property_readonly("config", [](const Communicator& c) { return config_dict(c.config()); });
 
-  m.def("new_segment_name", &core::new_segment_name);
+  m.def("make_backend",
+        [](std::shared_ptr<Communicator> comm, c10::intrusive_ptr<c10d::Backend> fallback) {
+          return c10::intrusive_ptr<c10d::Backend>(
+              c10::make_intrusive<Backend>(std::move(comm), std::move(fallback)));
+        },
+        py::arg("communicator"), py::arg("fallback"),
+        "The c10d backend over `communicator`, forwarding what it does not run to `fallback`.");
+  m.def("default_config",
+        [](int world, int cores) { return config_dict(core::default_config(world, cores)); },
+        py::arg("world"), py::arg("cores"), "pycomm's tuning defaults (csrc/core/tuning.h).");
+  m.def("new_segment_name", &core::new_segment_name, py::arg("tag") = "");
   m.def("remove_stale_segments", &core::remove_stale_segments,
         "Unlinks pycomm segments whose creating process no longer runs.");
   m.def("shm_dir", &core::shm_dir);

@@ -4,7 +4,7 @@
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
-#include "../core/reduce_kernels.h"
+#include "../core/kernels/reduce_kernels.h"
 #include "sum_into_op.h"
 
 namespace pycomm {

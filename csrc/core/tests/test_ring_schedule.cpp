@@ -46,55 +46,74 @@ TEST(subchunks_tile_each_chunk) {
 }
 
 // Simulates one sub-chunk round: each message carries the set of ranks whose
-// input it contains. Every rank must end with every chunk reduced over all ranks,
-// and each rank's sends must match its successor's receives.
+// input it contains. The i-th receive of a rank is its predecessor's i-th send.
+// Reduce-scatter alone: rank r ends with chunk r reduced over all ranks; with
+// the all-gather (alone or after it) every rank ends with every chunk.
 TEST(ring_steps_reduce_and_gather_every_chunk) {
-  for (int world = 2; world <= 8; ++world) {
-    std::vector<std::vector<RingStep>> steps(world);
-    for (int r = 0; r < world; ++r) {
-      steps[r] = ring_steps(r, world);
-      CHECK_EQ(steps[r].size(), size_t(2 * world - 1));
-    }
-    // have[r][c]: ranks reduced into rank r's copy of chunk c (output written).
-    std::vector<std::vector<std::set<int>>> out(world, std::vector<std::set<int>>(world));
-    // msg[r][k]: (chunk, contributors) of the k-th message rank r sends.
-    std::vector<std::vector<std::pair<int, std::set<int>>>> msg(world);
-    const size_t nsteps = steps[0].size();
-    for (size_t k = 0; k < nsteps; ++k) {
+  struct Mode { bool rs, ag; };
+  for (Mode mode : {Mode{true, true}, Mode{true, false}, Mode{false, true}}) {
+    for (int world = 2; world <= 8; ++world) {
+      std::vector<std::vector<RingStep>> steps(world);
       for (int r = 0; r < world; ++r) {
-        const RingStep s = steps[r][k];
-        const int prev = (r + world - 1) % world;
-        std::set<int> in;
-        if (k > 0) {
-          const auto& m = msg[prev][k - 1];
-          CHECK_EQ(m.first, s.chunk);  // receives the chunk it works on
-          in = m.second;
-        }
-        std::set<int> value = in;
-        switch (s.action) {
-          case RingAction::kSendLocal:
-          case RingAction::kReduceSend:
-            value.insert(r);
-            msg[r].push_back({s.chunk, value});
-            break;
-          case RingAction::kReduceFinish:
-            value.insert(r);
-            out[r][s.chunk] = value;
-            msg[r].push_back({s.chunk, value});
-            break;
-          case RingAction::kCopyForward:
-            out[r][s.chunk] = value;
-            msg[r].push_back({s.chunk, value});
-            break;
-          case RingAction::kCopyLast:
-            out[r][s.chunk] = value;
-            break;
+        steps[r] = ring_steps(r, world, mode.rs, mode.ag);
+        CHECK_EQ(steps[r].size(), size_t((mode.rs ? world : 0) + (mode.ag ? world - 1 : 0) +
+                                         (mode.ag && !mode.rs ? 1 : 0)));
+      }
+      // out[r][c]: ranks folded into rank r's output of chunk c.
+      std::vector<std::vector<std::set<int>>> out(world, std::vector<std::set<int>>(world));
+      std::vector<std::vector<std::pair<int, std::set<int>>>> msg(world);
+      std::vector<size_t> received(world, 0);
+      const size_t nsteps = steps[0].size();
+      for (size_t k = 0; k < nsteps; ++k) {
+        for (int r = 0; r < world; ++r) {
+          const RingStep s = steps[r][k];
+          const int prev = (r + world - 1) % world;
+          std::set<int> value;
+          const bool receives = s.action != RingAction::kSendLocal && s.action != RingAction::kSendOwned;
+          if (receives) {
+            CHECK(received[r] < msg[prev].size());
+            const auto& m = msg[prev][received[r]++];
+            CHECK_EQ(m.first, s.chunk);  // receives the chunk it works on
+            value = m.second;
+          }
+          switch (s.action) {
+            case RingAction::kSendLocal:
+            case RingAction::kReduceSend:
+              value.insert(r);
+              msg[r].push_back({s.chunk, value});
+              break;
+            case RingAction::kFinish:
+              value.insert(r);
+              out[r][s.chunk] = value;
+              msg[r].push_back({s.chunk, value});
+              break;
+            case RingAction::kFinishLast:
+              value.insert(r);
+              out[r][s.chunk] = value;
+              break;
+            case RingAction::kSendOwned:
+              // All-gather alone: the owned chunk is "reduced" by definition.
+              for (int q = 0; q < world; ++q) value.insert(q);
+              out[r][s.chunk] = value;
+              msg[r].push_back({s.chunk, value});
+              break;
+            case RingAction::kCopyForward:
+              out[r][s.chunk] = value;
+              msg[r].push_back({s.chunk, value});
+              break;
+            case RingAction::kCopyLast:
+              out[r][s.chunk] = value;
+              break;
+          }
         }
       }
-    }
-    for (int r = 0; r < world; ++r) {
-      for (int c = 0; c < world; ++c) CHECK_EQ(out[r][c].size(), size_t(world));
-      CHECK_EQ(msg[r].size(), nsteps - 1);
+      for (int r = 0; r < world; ++r) {
+        CHECK_EQ(received[r], msg[(r + world - 1) % world].size());  // every send is received
+        for (int c = 0; c < world; ++c) {
+          const bool wanted = mode.ag || c == owned_chunk(r, world);
+          CHECK_EQ(out[r][c].size(), wanted ? size_t(world) : size_t(0));
+        }
+      }
     }
   }
 }

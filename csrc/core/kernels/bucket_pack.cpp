@@ -5,7 +5,7 @@
 #include <string>
 #include <type_traits>
 
-#include "errors.h"
+#include "../errors.h"
 #include "half_convert.h"
 
 // The vector path needs AVX2 (integer lanes for bfloat16) and F16C (float16).

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <type_traits>
 
-#include "errors.h"
+#include "../errors.h"
 #include "half_convert.h"
 
 #if defined(__AVX2__) || defined(__SSE2__)

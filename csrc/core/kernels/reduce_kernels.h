@@ -9,7 +9,7 @@
 
 #include <cstddef>
 
-#include "dtypes.h"
+#include "../dtypes.h"
 
 namespace pycomm::core {
 

@@ -17,7 +17,7 @@
 
 #include <cstddef>
 
-#include "dtypes.h"
+#include "../dtypes.h"
 
 namespace pycomm::core {
 

@@ -9,7 +9,7 @@
 #include <memory>
 #include <vector>
 
-#include "ring_schedule.h"
+#include "../ring_schedule.h"
 
 namespace pycomm::core {
 
@@ -22,6 +22,8 @@ class InputBackup {
   void save(size_t offset, size_t len);
   // Puts every saved byte back.
   void restore();
+  // Frees the buffer (the next begin() that needs one allocates again).
+  void release();
 
  private:
   struct FreeDeleter {

@@ -41,8 +41,10 @@ class ShmSegment {
 // The directory segments live in: $PYCOMM_SHM_DIR, or /dev/shm.
 std::string shm_dir();
 
-// A fresh segment name: pycomm-<creator pid>-<random>.
-std::string new_segment_name();
+// A fresh segment name: pycomm-<creator pid>-<tag>-<random>. The tag (a
+// process group's name) says whose segment it is; characters other than
+// letters and digits become '_'.
+std::string new_segment_name(const std::string& tag = "");
 
 // Unlinks pycomm segments whose creator pid no longer runs: what a rank killed
 // between creating a segment and the unlink leaves behind. Returns the count.

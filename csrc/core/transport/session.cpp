@@ -1,4 +1,4 @@
-#include "shm_transport.h"
+#include "session.h"
 
 #include <errno.h>
 #include <linux/futex.h>
@@ -11,7 +11,7 @@
 #include <cstring>
 #include <sstream>
 
-#include "errors.h"
+#include "../errors.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -46,23 +46,9 @@ void futex_wake_all(uint32_t* addr) { syscall(SYS_futex, addr, FUTEX_WAKE, INT32
 constexpr uint64_t kSleepSliceNs = 2'000'000;    // re-check abort, deadline and peers this often
 constexpr uint64_t kLivenessEveryNs = 1'000'000;  // ask the kernel about peers at most this often
 
-SegmentLayout layout_for(int world, const TransportConfig& c) {
-  SegmentLayout l;
-  l.world = uint32_t(world);
-  l.direct_bytes = align_up(c.direct_bytes, 64);
-  l.ring_buffer_bytes = align_up(c.ring_buffer_bytes, 64);
-  l.ring_buffers = c.ring_buffers;
-  return l;
-}
-
-void check_config(int rank, int world, const TransportConfig& c) {
+void check_args(int rank, int world) {
   if (world < 1) throw InvalidArgument("world size must be at least 1");
   if (rank < 0 || rank >= world) throw InvalidArgument("rank out of range");
-  // Two buffers at least: with one, a rank that holds its predecessor's buffer
-  // while it waits for its own to drain would wait around the whole ring.
-  if (c.ring_buffers < 2) throw InvalidArgument("ring_buffers must be at least 2");
-  if (c.ring_buffer_bytes < 64 || c.direct_bytes < 64)
-    throw InvalidArgument("buffer sizes must be at least 64 bytes");
 }
 
 }  // namespace
@@ -73,34 +59,34 @@ uint64_t monotonic_ns() {
   return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
 }
 
-std::unique_ptr<ShmTransport> ShmTransport::create(int rank, int world, const std::string& name,
-                                                   const TransportConfig& config) {
-  check_config(rank, world, config);
-  SegmentLayout layout = layout_for(world, config);
-  ShmSegment seg = ShmSegment::create(name, layout.total_bytes());
+std::unique_ptr<Session> Session::create(int rank, int world, const std::string& name,
+                                         const WaitPolicy& policy, const DataRegion& data) {
+  check_args(rank, world);
+  const size_t data_offset = data_region_offset(world);
+  const size_t total = data_offset + align_up(data.bytes, 4096);
+  ShmSegment seg = ShmSegment::create(name, total);
   // posix_fallocate zero-filled the pages: every counter starts at 0.
   Header* h = static_cast<Header*>(seg.data());
   h->version = kLayoutVersion;
   h->world = uint32_t(world);
-  h->direct_bytes = layout.direct_bytes;
-  h->ring_buffer_bytes = layout.ring_buffer_bytes;
-  h->ring_buffers = layout.ring_buffers;
-  h->total_bytes = layout.total_bytes();
+  h->total_bytes = total;
+  h->data_offset = data_offset;
+  h->data_bytes = data.bytes;
+  for (int i = 0; i < kDataParams; ++i) h->data_params[i] = data.params[i];
   std::atomic_thread_fence(std::memory_order_release);
   h->magic = kSegmentMagic;
-  return std::unique_ptr<ShmTransport>(
-      new ShmTransport(rank, world, std::make_shared<ShmSegment>(std::move(seg)), config));
+  return std::unique_ptr<Session>(
+      new Session(rank, world, std::make_shared<ShmSegment>(std::move(seg)), policy));
 }
 
-std::unique_ptr<ShmTransport> ShmTransport::join(int rank, const ShmTransport& creator) {
-  if (rank < 0 || rank >= creator.world_) throw InvalidArgument("rank out of range");
-  return std::unique_ptr<ShmTransport>(
-      new ShmTransport(rank, creator.world_, creator.segment_, creator.config_));
+std::unique_ptr<Session> Session::join(int rank, const Session& creator) {
+  check_args(rank, creator.world_);
+  return std::unique_ptr<Session>(new Session(rank, creator.world_, creator.segment_, creator.policy_));
 }
 
-std::unique_ptr<ShmTransport> ShmTransport::attach(int rank, int world, const std::string& name,
-                                                   const TransportConfig& config) {
-  if (rank < 0 || rank >= world) throw InvalidArgument("rank out of range");
+std::unique_ptr<Session> Session::attach(int rank, int world, const std::string& name,
+                                         const WaitPolicy& policy) {
+  check_args(rank, world);
   ShmSegment seg = ShmSegment::open(name);
   const Header* h = static_cast<const Header*>(seg.data());
   // The creator wrote the header before it shared the name through the store.
@@ -109,31 +95,19 @@ std::unique_ptr<ShmTransport> ShmTransport::attach(int rank, int world, const st
     throw CommError("pycomm: shared memory " + name +
                     " is not a pycomm segment for this world size (a stale or foreign segment?)");
   }
-  TransportConfig c = config;
-  c.direct_bytes = h->direct_bytes;
-  c.ring_buffer_bytes = h->ring_buffer_bytes;
-  c.ring_buffers = h->ring_buffers;
-  return std::unique_ptr<ShmTransport>(
-      new ShmTransport(rank, world, std::make_shared<ShmSegment>(std::move(seg)), c));
+  return std::unique_ptr<Session>(
+      new Session(rank, world, std::make_shared<ShmSegment>(std::move(seg)), policy));
 }
 
-ShmTransport::ShmTransport(int rank, int world, std::shared_ptr<ShmSegment> segment,
-                           const TransportConfig& config)
-    : rank_(rank),
-      world_(world),
-      next_((rank + 1) % world),
-      prev_((rank + world - 1) % world),
-      segment_(std::move(segment)),
-      layout_(layout_for(world, config)),
-      config_(config) {
-  slot_ptrs_.assign(size_t(world), nullptr);
+Session::Session(int rank, int world, std::shared_ptr<ShmSegment> segment, const WaitPolicy& policy)
+    : rank_(rank), world_(world), segment_(std::move(segment)), policy_(policy) {
   control(rank_).own.pid.store(int32_t(getpid()), std::memory_order_release);
   header().attached.fetch_add(1, std::memory_order_acq_rel);
 }
 
-ShmTransport::~ShmTransport() = default;
+Session::~Session() = default;
 
-void ShmTransport::start() {
+void Session::start() {
   if (header().attached.load(std::memory_order_acquire) != uint32_t(world_)) {
     throw CommError("pycomm: not every rank attached to the shared memory segment");
   }
@@ -142,13 +116,13 @@ void ShmTransport::start() {
   watch_.watch(pids, getpid());
 }
 
-void ShmTransport::begin(const char* what) {
+void Session::begin(const char* what) {
   what_ = what;
   if (aborted()) fail_aborted();
-  deadline_ns_ = monotonic_ns() + uint64_t(config_.timeout_s * 1e9);
+  deadline_ns_ = monotonic_ns() + uint64_t(policy_.timeout_s * 1e9);
 }
 
-void ShmTransport::handshake(const Fingerprint& fp) {
+void Session::handshake(const Fingerprint& fp) {
   const uint64_t seq = arrived_ + 1;
   OwnerLine& me = control(rank_).own;
   me.fingerprint[seq & 1] = fp;
@@ -179,44 +153,24 @@ void ShmTransport::handshake(const Fingerprint& fp) {
   for (int r = 0; r < world_; ++r) {
     os << (r ? "," : "") << " rank " << r << " called " << describe(control(r).own.fingerprint[seq & 1]);
   }
-  throw CollectiveMismatch(os.str());
+  fail_mismatch(os.str());
 }
 
-void* ShmTransport::send_buffer() {
-  // Buffer sent_ % n is free once rank+1 has read message sent_ - n.
-  const uint64_t n = layout_.ring_buffers;
-  if (sent_ >= n) wait_at_least(control(rank_).ack.acked, sent_ - n + 1, rank_, next_, "to read a ring buffer");
-  return at(layout_.ring_offset(rank_, sent_));
-}
+void Session::fail_mismatch(const std::string& message) const { throw CollectiveMismatch(message); }
 
-void ShmTransport::send_commit() {
-  ++sent_;
-  publish(control(rank_).own.sent, sent_, rank_);
-}
-
-const void* ShmTransport::recv_buffer() {
-  wait_at_least(control(prev_).own.sent, received_ + 1, prev_, prev_, "to send ring data");
-  return at(layout_.ring_offset(prev_, received_));
-}
-
-void ShmTransport::recv_commit() {
-  ++received_;
-  publish(control(prev_).ack.acked, received_, prev_);
-}
-
-void ShmTransport::publish(std::atomic<uint64_t>& word, uint64_t value, int owner) {
+void Session::publish(std::atomic<uint64_t>& word, uint64_t value, int writer) {
   // seq_cst store then seq_cst load: either this rank sees the sleeper, or the
   // sleeper's re-check (also seq_cst) sees the new value. No lost wake-up.
   word.store(value, std::memory_order_seq_cst);
-  if (control(owner).sleep.sleepers.load(std::memory_order_seq_cst) != 0) futex_wake_all(low_word(word));
+  if (control(writer).sleep.sleepers.load(std::memory_order_seq_cst) != 0) futex_wake_all(low_word(word));
 }
 
-void ShmTransport::wait_at_least(const std::atomic<uint64_t>& word, uint64_t target, int owner,
-                                 int peer, const char* waiting_for) {
+void Session::wait_at_least(const std::atomic<uint64_t>& word, uint64_t target, int writer,
+                            int peer, const char* waiting_for) {
   if (word.load(std::memory_order_acquire) >= target) return;
   const uint64_t start = monotonic_ns();
-  const uint64_t spin_end = start + uint64_t(config_.spin_us * 1e3);
-  const uint64_t yield_end = spin_end + uint64_t(config_.yield_us * 1e3);
+  const uint64_t spin_end = start + uint64_t(policy_.spin_us * 1e3);
+  const uint64_t yield_end = spin_end + uint64_t(policy_.yield_us * 1e3);
   uint64_t now = start;
   while (now < spin_end) {
     for (int i = 0; i < 64; ++i) {
@@ -226,7 +180,7 @@ void ShmTransport::wait_at_least(const std::atomic<uint64_t>& word, uint64_t tar
     now = monotonic_ns();
   }
   uint64_t next_liveness = now;
-  std::atomic<uint32_t>& sleepers = control(owner).sleep.sleepers;
+  std::atomic<uint32_t>& sleepers = control(writer).sleep.sleepers;
   for (;;) {
     if (word.load(std::memory_order_acquire) >= target) return;
     now = monotonic_ns();
@@ -250,17 +204,17 @@ void ShmTransport::wait_at_least(const std::atomic<uint64_t>& word, uint64_t tar
   }
 }
 
-bool ShmTransport::aborted() const {
+bool Session::aborted() const {
   return header().abort_state.load(std::memory_order_acquire) != uint32_t(AbortState::kHealthy);
 }
 
-std::string ShmTransport::where() const {
+std::string Session::where() const {
   std::ostringstream os;
   os << what_ << " #" << arrived_ << " on rank " << rank_;
   return os.str();
 }
 
-std::string ShmTransport::abort(const std::string& reason) {
+std::string Session::abort(const std::string& reason) {
   Header& h = header();
   uint32_t expected = uint32_t(AbortState::kHealthy);
   if (h.abort_state.compare_exchange_strong(expected, uint32_t(AbortState::kWriting),
@@ -268,17 +222,16 @@ std::string ShmTransport::abort(const std::string& reason) {
     h.abort_by = rank_;
     std::snprintf(h.abort_reason, sizeof(h.abort_reason), "%s", reason.c_str());
     h.abort_state.store(uint32_t(AbortState::kAborted), std::memory_order_release);
-    // Wake every sleeper so each sees the abort now, not at its next slice.
+    // Wake the handshake's sleepers so each sees the abort now; a data path's
+    // sleepers see it at their next slice (kSleepSliceNs).
     for (int r = 0; r < world_; ++r) {
       futex_wake_all(low_word(control(r).own.arrived));
-      futex_wake_all(low_word(control(r).own.sent));
-      futex_wake_all(low_word(control(r).ack.acked));
     }
   }
   return reason;
 }
 
-void ShmTransport::fail_aborted() const {
+void Session::fail_aborted() const {
   Header& h = header();
   // The aborting rank fills the reason between kWriting and kAborted.
   const uint64_t give_up = monotonic_ns() + 100'000'000;
@@ -292,13 +245,13 @@ void ShmTransport::fail_aborted() const {
   throw CommTimeout(os.str());
 }
 
-void ShmTransport::fail_dead(int peer) {
+void Session::fail_dead(int peer) {
   std::ostringstream os;
   os << "pycomm: rank " << peer << " (pid " << watch_.pid_of(peer) << ") exited during " << where();
   throw CommTimeout(abort(os.str()));
 }
 
-void ShmTransport::fail_timeout(int peer, const char* waiting_for) {
+void Session::fail_timeout(int peer, const char* waiting_for) {
   // Name the ranks that never entered this collective; if all did, the one this
   // rank was waiting on.
   std::ostringstream missing;
@@ -310,7 +263,7 @@ void ShmTransport::fail_timeout(int peer, const char* waiting_for) {
     }
   }
   std::ostringstream os;
-  os << "pycomm: " << where() << " timed out after " << config_.timeout_s << " s: ";
+  os << "pycomm: " << where() << " timed out after " << policy_.timeout_s << " s: ";
   if (count) {
     os << "still waiting for " << missing.str() << " to enter";
   } else {

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <new>
 
-#include "reduce_kernels.h"
+#include "../kernels/reduce_kernels.h"
 
 namespace pycomm::core {
 
@@ -38,6 +38,13 @@ void InputBackup::save(size_t offset, size_t len) {
 void InputBackup::restore() {
   if (!enabled_) return;
   for (const Range& r : saved_) std::memcpy(data_ + r.begin, buffer_.get() + r.begin, r.size());
+  saved_.clear();
+}
+
+void InputBackup::release() {
+  buffer_.reset();
+  capacity_ = 0;
+  enabled_ = false;
   saved_.clear();
 }
 

@@ -10,11 +10,12 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cctype>
 #include <cstring>
 #include <random>
 #include <sstream>
 
-#include "errors.h"
+#include "../errors.h"
 
 namespace pycomm::core {
 namespace {
@@ -40,10 +41,13 @@ std::string shm_dir() {
   return (dir && *dir) ? std::string(dir) : std::string("/dev/shm");
 }
 
-std::string new_segment_name() {
+std::string new_segment_name(const std::string& tag) {
   std::random_device rd;
   std::ostringstream os;
-  os << kPrefix << getpid() << "-" << std::hex << rd() << rd();
+  os << kPrefix << getpid() << "-";
+  for (char c : tag) os << (std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
+  if (!tag.empty()) os << "-";
+  os << std::hex << rd() << rd();
   return os.str();
 }
 

@@ -1,0 +1,81 @@
+// All-reduce: one-shot through the slots for small messages, the pipelined
+// ring (both halves in one pass) for large ones.
+#include <algorithm>
+#include <cstring>
+
+#include "../errors.h"
+#include "../kernels/reduce_kernels.h"
+#include "collectives.h"
+#include "ring.h"
+
+namespace pycomm::core {
+namespace {
+
+// One shot per piece: copy into my slot, handshake, reduce every rank's slot in
+// rank order. Pieces only when the tensor is larger than a slot.
+void direct(const Context& ctx, const AllReduceArgs& a, const Fingerprint& fp, int divisor) {
+  const size_t esize = dtype_size(a.dtype);
+  const size_t piece = ctx.path.slot_bytes() / esize;
+  const int world = ctx.session.world();
+  char* data = static_cast<char*>(a.data);
+  size_t done = 0;
+  do {
+    const size_t n = std::min(a.count - done, piece);
+    std::memcpy(ctx.path.next_slot(), data + done * esize, n * esize);
+    ctx.session.handshake(fp);
+    // A one-piece collective writes the tensor after its only wait, so it
+    // needs no backup; a multi-piece one saves each piece it overwrites.
+    if (n < a.count) ctx.backup.save(done * esize, n * esize);
+    reduce_sources(a.dtype, a.op, data + done * esize, ctx.path.slots(), world, n, divisor);
+    done += n;
+  } while (done < a.count);
+}
+
+}  // namespace
+
+Algorithm resolve_algorithm(Algorithm requested, size_t bytes_per_rank, int world,
+                            const CollectiveTuning& tuning) {
+  if (requested != Algorithm::kAuto) return requested;
+  return world > 1 && bytes_per_rank > tuning.direct_max_bytes ? Algorithm::kRing : Algorithm::kDirect;
+}
+
+void all_reduce(const Context& ctx, const AllReduceArgs& a) {
+  ctx.session.begin("all_reduce");
+  if (a.algorithm != Algorithm::kAuto && a.algorithm != Algorithm::kDirect && a.algorithm != Algorithm::kRing) {
+    throw InvalidArgument("algorithm: all_reduce runs auto, direct or ring");
+  }
+  const int world = ctx.session.world();
+  const int divisor = a.divisor > 0 ? a.divisor : world;
+  const Algorithm algo = resolve_algorithm(a.algorithm, a.count * dtype_size(a.dtype), world, ctx.tuning);
+  Fingerprint fp;
+  fp.kind = uint32_t(CollectiveKind::kAllReduce);
+  fp.count = a.count;
+  fp.dtype = uint32_t(a.dtype);
+  fp.op = uint32_t(a.op);
+  fp.algorithm = uint32_t(algo);
+  fp.divisor = a.op == ReduceOp::kAvg ? uint32_t(divisor) : 0;
+  ctx.backup.begin(a.data, a.count * dtype_size(a.dtype), a.restore);
+  try {
+    if (algo == Algorithm::kRing && world > 1 && a.count > 0) {
+      ctx.session.handshake(fp);
+      RingJob job;
+      job.dtype = a.dtype;
+      job.op = a.op;
+      job.divisor = divisor;
+      job.count = a.count;
+      job.reduce_scatter = job.all_gather = true;
+      job.input = static_cast<const char*>(a.data);
+      job.output = static_cast<char*>(a.data);
+      run_ring(ctx, job);
+    } else {
+      // One rank, or nothing to move: the direct path still handshakes, so
+      // mismatched calls are caught even then.
+      direct(ctx, a, fp, divisor);
+    }
+  } catch (const CommTimeout&) {
+    ctx.backup.restore();
+    throw;
+  }
+}
+
+}  // namespace pycomm::core

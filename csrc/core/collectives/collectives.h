@@ -1,0 +1,112 @@
+// The collectives over a session and its shared-memory data path, one .cpp
+// each. They are the algorithms: they pick peers and chunks (ring_schedule.h)
+// and call the data path to move bytes; the session checks that every rank
+// entered the same collective (the fingerprint) and bounds every wait.
+//
+// Guarantees of every collective here:
+//  - a mismatch (another kind, count, dtype, op, root, divisor or algorithm on
+//    some rank) raises CollectiveMismatch on every rank before any byte moves;
+//  - a dead or stalled peer raises CommTimeout within the session's deadline;
+//    an in-place collective with `restore` set puts its tensor back first;
+//  - whatever every rank ends with (all-reduce, all-gather, broadcast) is
+//    bitwise the same on every rank: one reduction order for all.
+#pragma once
+
+#include <cstddef>
+
+#include "../collective.h"
+#include "../dtypes.h"
+#include "../transport/session.h"
+#include "../transport/shm_data_path.h"
+#include "input_backup.h"
+
+namespace pycomm::core {
+
+struct CollectiveTuning {
+  // algorithm="auto": the one-shot direct algorithm up to this many bytes per
+  // rank, the ring above (all-reduce, reduce-scatter, all-gather).
+  size_t direct_max_bytes = 64;
+  // The default of pycomm.all_reduce's restore_on_failure (see input_backup.h).
+  bool restore_on_failure = true;
+};
+
+// What a collective runs on. One per communicator; one collective at a time.
+struct Context {
+  Session& session;
+  ShmDataPath& path;
+  InputBackup& backup;
+  const CollectiveTuning& tuning;
+};
+
+struct AllReduceArgs {
+  void* data = nullptr;  // in place
+  size_t count = 0;
+  DType dtype = DType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  Algorithm algorithm = Algorithm::kAuto;
+  // avg divides the sum by this; 0 means the world size. A hierarchical scheme
+  // sums inside a host and divides by the global count once.
+  int divisor = 0;
+  bool restore = true;  // put the input back if the collective fails part way
+};
+void all_reduce(const Context& ctx, const AllReduceArgs& args);
+
+struct BroadcastArgs {
+  void* data = nullptr;  // root's input; every other rank's output
+  size_t count = 0;
+  DType dtype = DType::kFloat32;
+  int root = 0;
+  bool restore = true;
+};
+void broadcast(const Context& ctx, const BroadcastArgs& args);
+
+struct ReduceArgs {
+  void* data = nullptr;  // every rank's input; the root's output (in place); others untouched
+  size_t count = 0;
+  DType dtype = DType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  int root = 0;
+  int divisor = 0;
+  bool restore = true;
+};
+void reduce(const Context& ctx, const ReduceArgs& args);
+
+struct AllGatherArgs {
+  const void* input = nullptr;  // count elements
+  void* output = nullptr;       // world * count elements, rank r's at r * count
+  size_t count = 0;
+  DType dtype = DType::kFloat32;
+  Algorithm algorithm = Algorithm::kAuto;
+};
+void all_gather(const Context& ctx, const AllGatherArgs& args);
+
+struct ReduceScatterArgs {
+  const void* input = nullptr;  // world * count elements; chunk r is rank r's
+  void* output = nullptr;       // count elements: chunk `rank` reduced over all ranks
+  size_t count = 0;
+  DType dtype = DType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  Algorithm algorithm = Algorithm::kAuto;
+  int divisor = 0;
+};
+void reduce_scatter(const Context& ctx, const ReduceScatterArgs& args);
+
+struct AllToAllArgs {
+  // Per peer: where this rank's block for it starts and how many elements it
+  // has, and where the block from it goes and how many elements it has. Send
+  // and receive sizes must pair up across ranks (checked on every rank).
+  const void* const* send = nullptr;
+  const size_t* send_counts = nullptr;
+  void* const* recv = nullptr;
+  const size_t* recv_counts = nullptr;
+  DType dtype = DType::kFloat32;
+};
+void all_to_all(const Context& ctx, const AllToAllArgs& args);
+
+void barrier(const Context& ctx);
+
+// algorithm="auto" resolved the same way on every rank.
+Algorithm resolve_algorithm(Algorithm requested, size_t bytes_per_rank, int world,
+                            const CollectiveTuning& tuning);
+
+}  // namespace pycomm::core

@@ -1,0 +1,49 @@
+// Reduce to a root: every rank copies each piece into its slot; after the
+// handshake the root combines all slots in rank order. The other ranks'
+// tensors are left as they were.
+#include <algorithm>
+#include <cstring>
+
+#include "../errors.h"
+#include "../kernels/reduce_kernels.h"
+#include "collectives.h"
+
+namespace pycomm::core {
+
+void reduce(const Context& ctx, const ReduceArgs& a) {
+  ctx.session.begin("reduce");
+  const int world = ctx.session.world();
+  if (a.root < 0 || a.root >= world) throw InvalidArgument("root: out of range for this group");
+  const bool is_root = ctx.session.rank() == a.root;
+  const int divisor = a.divisor > 0 ? a.divisor : world;
+  Fingerprint fp;
+  fp.kind = uint32_t(CollectiveKind::kReduce);
+  fp.count = a.count;
+  fp.dtype = uint32_t(a.dtype);
+  fp.op = uint32_t(a.op);
+  fp.root = a.root;
+  fp.divisor = a.op == ReduceOp::kAvg ? uint32_t(divisor) : 0;
+  fp.algorithm = uint32_t(Algorithm::kDirect);
+  const size_t esize = dtype_size(a.dtype);
+  const size_t piece = ctx.path.slot_bytes() / esize;
+  char* data = static_cast<char*>(a.data);
+  ctx.backup.begin(a.data, a.count * esize, a.restore && is_root);
+  try {
+    size_t done = 0;
+    do {
+      const size_t n = std::min(a.count - done, piece);
+      std::memcpy(ctx.path.next_slot(), data + done * esize, n * esize);
+      ctx.session.handshake(fp);
+      if (is_root) {
+        if (n < a.count) ctx.backup.save(done * esize, n * esize);
+        reduce_sources(a.dtype, a.op, data + done * esize, ctx.path.slots(), world, n, divisor);
+      }
+      done += n;
+    } while (done < a.count);
+  } catch (const CommTimeout&) {
+    ctx.backup.restore();
+    throw;
+  }
+}
+
+}  // namespace pycomm::core

@@ -1,0 +1,70 @@
+// Reduce-scatter: rank r ends with chunk r of the input reduced over all ranks.
+// One shot through the slots for small messages (each rank posts a piece of
+// every chunk; each reduces its own chunk's piece from every slot, in rank
+// order); the reduce-scatter half of the ring for large ones. Out of place: the
+// input is never written.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "../errors.h"
+#include "../kernels/reduce_kernels.h"
+#include "collectives.h"
+#include "ring.h"
+
+namespace pycomm::core {
+
+void reduce_scatter(const Context& ctx, const ReduceScatterArgs& a) {
+  ctx.session.begin("reduce_scatter");
+  const int world = ctx.session.world();
+  const int rank = ctx.session.rank();
+  const int divisor = a.divisor > 0 ? a.divisor : world;
+  const size_t esize = dtype_size(a.dtype);
+  const Algorithm algo = resolve_algorithm(a.algorithm, a.count * size_t(world) * esize, world, ctx.tuning);
+  if (algo != Algorithm::kDirect && algo != Algorithm::kRing) {
+    throw InvalidArgument("algorithm: reduce_scatter runs auto, direct or ring");
+  }
+  Fingerprint fp;
+  fp.kind = uint32_t(CollectiveKind::kReduceScatter);
+  fp.count = a.count;
+  fp.dtype = uint32_t(a.dtype);
+  fp.op = uint32_t(a.op);
+  fp.divisor = a.op == ReduceOp::kAvg ? uint32_t(divisor) : 0;
+  fp.algorithm = uint32_t(algo);
+  const char* in = static_cast<const char*>(a.input);
+  char* out = static_cast<char*>(a.output);
+  if (algo == Algorithm::kRing && world > 1 && a.count > 0) {
+    ctx.session.handshake(fp);
+    RingJob job;
+    job.dtype = a.dtype;
+    job.op = a.op;
+    job.divisor = divisor;
+    job.count = a.count * size_t(world);
+    job.reduce_scatter = true;
+    job.input = in;
+    job.owned_output = out;
+    run_ring(ctx, job);
+    return;
+  }
+  // A piece takes `piece` elements of every chunk; the slot holds them chunk
+  // after chunk.
+  const size_t piece = std::max<size_t>(1, ctx.path.slot_bytes() / (size_t(world) * esize));
+  thread_local std::vector<const void*> sources;
+  sources.resize(size_t(world));
+  size_t done = 0;
+  do {
+    const size_t n = std::min(a.count - done, piece);
+    char* mine = static_cast<char*>(ctx.path.next_slot());
+    for (int c = 0; c < world; ++c) {
+      std::memcpy(mine + size_t(c) * piece * esize, in + (size_t(c) * a.count + done) * esize, n * esize);
+    }
+    ctx.session.handshake(fp);
+    for (int r = 0; r < world; ++r) {
+      sources[size_t(r)] = static_cast<const char*>(ctx.path.slot(r)) + size_t(rank) * piece * esize;
+    }
+    reduce_sources(a.dtype, a.op, out + done * esize, sources.data(), world, n, divisor);
+    done += n;
+  } while (done < a.count);
+}
+
+}  // namespace pycomm::core

@@ -1,0 +1,136 @@
+// A session: everything the ranks of one host share that is not bytes.
+//
+//   handshake(fp)   every rank declares the collective it entered; all wait for
+//                   all; a disagreement raises CollectiveMismatch, identically
+//                   on every rank, before any data moves;
+//   begin()         starts a collective's deadline;
+//   wait_at_least() the one wait policy: spin briefly, then yield, then sleep
+//                   on a futex; fails with CommTimeout at the deadline, when a
+//                   peer process exits (pidfd watch), or when another rank has
+//                   aborted the session;
+//   publish()       a store that wakes the sleepers of that word, if any.
+//
+// A session lives in host shared memory and knows nothing of how bytes move:
+// data paths (shm_data_path.h; the CUDA IPC path) take a region of its segment
+// or memory of their own, and use wait_at_least/publish for their flags. It
+// serves CPU and GPU ranks of one host alike.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../collective.h"
+#include "peer_watch.h"
+#include "session_layout.h"
+#include "shm_segment.h"
+
+namespace pycomm::core {
+
+struct WaitPolicy {
+  double timeout_s = 300.0;
+  // Busy-wait this long before yielding, then yield this long before sleeping:
+  // long enough to catch a peer arriving at once, short enough not to starve
+  // a peer that shares the core.
+  double spin_us = 20.0;
+  double yield_us = 200.0;
+};
+
+// What the creator reserves for the data path behind the session's control.
+struct DataRegion {
+  size_t bytes = 0;
+  uint64_t params[kDataParams] = {};
+};
+
+class Session {
+ public:
+  // Rank 0 creates the segment (a fresh name, see new_segment_name()); the
+  // others attach to the name it shares through the store. Call start() once
+  // every rank has attached, then unlink_name().
+  static std::unique_ptr<Session> create(int rank, int world, const std::string& name,
+                                         const WaitPolicy& policy, const DataRegion& data);
+  static std::unique_ptr<Session> attach(int rank, int world, const std::string& name,
+                                         const WaitPolicy& policy);
+  // Another rank in this process, sharing `creator`'s mapping. Native tests run
+  // ranks as threads this way, so ThreadSanitizer sees every rank's accesses
+  // at the same addresses.
+  static std::unique_ptr<Session> join(int rank, const Session& creator);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Reads every rank's pid and starts watching the peers. Fails if a rank has
+  // not attached.
+  void start();
+  void unlink_name() { segment_->unlink(); }
+
+  int rank() const { return rank_; }
+  int world() const { return world_; }
+  const std::string& name() const { return segment_->name(); }
+  const WaitPolicy& policy() const { return policy_; }
+
+  // The data path's region of the segment and what the creator recorded of it.
+  char* data_region() const { return at(header().data_offset); }
+  size_t data_bytes() const { return header().data_bytes; }
+  const uint64_t* data_params() const { return header().data_params; }
+
+  // Starts a collective: sets its deadline, fails at once if the session was
+  // aborted. `what` names the collective in errors (a string literal).
+  void begin(const char* what);
+
+  // Handshakes this rank has entered so far; the next one is entered() + 1.
+  uint64_t entered() const { return arrived_; }
+
+  // Publishes `fp` (and whatever the data path wrote for handshake entered()+1),
+  // waits until every rank has entered, and compares fingerprints. Throws
+  // CollectiveMismatch, identically on every rank, when they differ.
+  void handshake(const Fingerprint& fp);
+
+  // `word` is written by rank `writer` alone. publish() stores and wakes its
+  // sleepers; wait_at_least() returns once word >= target, or throws
+  // CommTimeout naming `peer` and what it was `waiting_for`.
+  void publish(std::atomic<uint64_t>& word, uint64_t value, int writer);
+  void wait_at_least(const std::atomic<uint64_t>& word, uint64_t target, int writer, int peer,
+                     const char* waiting_for);
+
+  // Throws CollectiveMismatch with `message` (used by collectives that check
+  // what the handshake cannot, e.g. all-to-all split sizes, on every rank).
+  [[noreturn]] void fail_mismatch(const std::string& message) const;
+
+  // Marks the session broken for every rank (idempotent) and returns the
+  // message the caller should raise.
+  std::string abort(const std::string& reason);
+  bool aborted() const;
+
+ private:
+  Session(int rank, int world, std::shared_ptr<ShmSegment> segment, const WaitPolicy& policy);
+
+  Header& header() const { return *static_cast<Header*>(segment_->data()); }
+  RankControl& control(int r) const {
+    return reinterpret_cast<RankControl*>(at(control_offset()))[r];
+  }
+  char* at(size_t offset) const { return static_cast<char*>(segment_->data()) + offset; }
+
+  [[noreturn]] void fail_timeout(int peer, const char* waiting_for);
+  [[noreturn]] void fail_dead(int peer);
+  [[noreturn]] void fail_aborted() const;
+  std::string where() const;
+
+  int rank_;
+  int world_;
+  std::shared_ptr<ShmSegment> segment_;
+  WaitPolicy policy_;
+  PeerWatch watch_;
+
+  uint64_t arrived_ = 0;  // local mirror of control(rank_).own.arrived
+  const char* what_ = "collective";
+  uint64_t deadline_ns_ = 0;
+};
+
+uint64_t monotonic_ns();
+
+}  // namespace pycomm::core

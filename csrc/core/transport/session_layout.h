@@ -1,0 +1,81 @@
+// The layout of a session's shared-memory segment.
+//
+//   Header | RankControl[world] | data region (owned by a data path)
+//
+// The session's part carries what is not bytes: the handshake with its
+// fingerprints, the pids the peer watch uses, the abort flag and the sleepers
+// counters. The data region's size and parameters are recorded in the header
+// by the creator, so that attaching ranks lay out the same data path.
+//
+// Every control line has exactly one writing rank (sleepers aside), so ranks
+// never write the same cache line on the hot path. Lines are 128 bytes because
+// adjacent-line prefetch couples pairs of 64-byte lines.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "../collective.h"
+
+namespace pycomm::core {
+
+constexpr size_t kLine = 128;
+constexpr uint64_t kSegmentMagic = 0x31304d4d4f435950ULL;  // "PYCOMM01"
+// 2: fingerprints gained root and divisor; data paths moved out of the session.
+constexpr uint32_t kLayoutVersion = 2;
+constexpr int kDataParams = 8;
+
+// Written by the owning rank only.
+struct alignas(kLine) OwnerLine {
+  // Handshakes this rank has entered. Invariant: when a peer acquire-loads
+  // arrived >= k, fingerprint[k & 1] (and whatever the data path published for
+  // handshake k, e.g. its slot k & 1) hold handshake k's values, and stay so
+  // until the owner has seen every peer arrive at k+1.
+  std::atomic<uint64_t> arrived{0};
+  std::atomic<int32_t> pid{0};
+  Fingerprint fingerprint[2];
+};
+
+// Written by any rank that goes to sleep on one of the owner's words.
+struct alignas(kLine) SleepLine {
+  // Threads now in futex_wait on a word this rank writes. The writer calls
+  // futex_wake after a store only when this is non-zero, which keeps the
+  // syscall off the fast path.
+  std::atomic<uint32_t> sleepers{0};
+};
+
+struct RankControl {
+  OwnerLine own;
+  SleepLine sleep;
+};
+
+enum class AbortState : uint32_t { kHealthy = 0, kWriting = 1, kAborted = 2 };
+
+struct alignas(kLine) Header {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t world;
+  uint64_t total_bytes;
+  uint64_t data_offset;
+  uint64_t data_bytes;
+  uint64_t data_params[kDataParams];  // the data path's own description of its region
+  // Ranks that have mapped the segment; the segment's name is unlinked once
+  // this reaches world.
+  std::atomic<uint32_t> attached;
+  // Set once, by the first rank that sees a peer die or time out: kWriting while
+  // it fills abort_reason, then kAborted (release). Every later wait on any rank
+  // fails fast with that reason, so no rank waits on a broken communicator.
+  std::atomic<uint32_t> abort_state;
+  int32_t abort_by;
+  char abort_reason[400];
+};
+
+inline size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+inline size_t control_offset() { return align_up(sizeof(Header), kLine); }
+inline size_t data_region_offset(int world) {
+  return align_up(control_offset() + sizeof(RankControl) * size_t(world), 4096);
+}
+
+}  // namespace pycomm::core
