@@ -88,10 +88,10 @@ def test_dead_peer_is_named_within_two_seconds(tmp_path, when, count):
 
 def shm_too_small_case():
     """Ask for more shared memory than /dev/shm has: a clear error at init."""
-    old = os.environ.get("PYCOMM_RING_BUFFER_KB")
+    old = os.environ.get("PYCOMM_DIRECT_KB")
     free = os.statvfs(pycomm._C.shm_dir())
-    # Two ranks' buffers are more than all free space.
-    os.environ["PYCOMM_RING_BUFFER_KB"] = str(free.f_bavail * free.f_frsize // 1024 // 4 + 1024)
+    # Two ranks x two slots are more than all free space (link buffers are capped; slots are not).
+    os.environ["PYCOMM_DIRECT_KB"] = str(free.f_bavail * free.f_frsize // 1024 // 4 + 1024)
     try:
         pycomm.Communicator(timeout=30)
         return "no error"
@@ -99,9 +99,9 @@ def shm_too_small_case():
         return str(e)
     finally:
         if old is None:
-            del os.environ["PYCOMM_RING_BUFFER_KB"]
+            del os.environ["PYCOMM_DIRECT_KB"]
         else:
-            os.environ["PYCOMM_RING_BUFFER_KB"] = old
+            os.environ["PYCOMM_DIRECT_KB"] = old
 
 
 def test_shm_too_small_fails_at_init(worlds):

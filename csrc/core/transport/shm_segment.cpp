@@ -58,8 +58,15 @@ ShmSegment ShmSegment::create(const std::string& name, size_t bytes) {
   ShmSegment seg;
   seg.name_ = name;
   // posix_fallocate reserves every page now; tmpfs answers ENOSPC here instead
-  // of killing the process with SIGBUS when a page is first touched.
-  int err = ftruncate(fd, off_t(bytes)) == 0 ? posix_fallocate(fd, 0, off_t(bytes)) : errno;
+  // of killing the process with SIGBUS when a page is first touched. Ask
+  // first whether it can fit: tmpfs fills the machine's memory page by page
+  // before it gives up, and the OOM killer may strike first.
+  struct statvfs room;
+  int err = statvfs(shm_dir().c_str(), &room) == 0 &&
+                    (unsigned long long)room.f_bavail * room.f_frsize < bytes
+                ? ENOSPC
+                : 0;
+  if (err == 0) err = ftruncate(fd, off_t(bytes)) == 0 ? posix_fallocate(fd, 0, off_t(bytes)) : errno;
   if (err != 0) {
     ::close(fd);
     ::unlink(path.c_str());
@@ -71,7 +78,7 @@ ShmSegment ShmSegment::create(const std::string& name, size_t bytes) {
       os << "; it has " << (unsigned long long)vfs.f_bavail * vfs.f_frsize << " bytes free";
     }
     os << ". Enlarge it (docker: --shm-size), set PYCOMM_SHM_DIR to a larger tmpfs, "
-          "or lower PYCOMM_RING_BUFFER_KB / PYCOMM_DIRECT_KB.";
+          "or lower PYCOMM_DIRECT_KB / PYCOMM_RING_BUFFER_KB.";
     throw CommError(os.str());
   }
   try {
