@@ -717,8 +717,8 @@ def report(records, args):
               "communication")
     preds = [r for r in records if r.get("prediction") or isinstance(r.get("calibration"), str)]
     if preds:
-        print("# scaling model (pycomm.scaling, alpha-beta ring, no overlap; full overlap is the "
-              "lower bound) vs the measured step; alpha, B fitted to "
+        print("# scaling model (pycomm.tools.scaling, alpha-beta ring, no overlap; full overlap "
+              "is the lower bound) vs the measured step; alpha, B fitted to "
               + ("an all-reduce sweep in this run" if not args.calibration else args.calibration))
         head = (f"{'mode':<10} {'N':>3} {'alpha us':>8} {'B GB/s':>7} {'buckets':>7} "
                 f"{'MB':>7} {'model comm ms':>13} | {'predicted ms':>12} {'full-overlap':>12} | "
