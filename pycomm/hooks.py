@@ -59,10 +59,6 @@ class RingState:
 _DEFAULT_STATE: Optional[RingState] = None
 
 
-def _value(fut):
-    return fut.value()
-
-
 def _state_of(state) -> RingState:
     global _DEFAULT_STATE
     if state is None:
@@ -87,10 +83,12 @@ def ring_hook(state, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tens
     buffer = bucket.buffer()
     wire = wire_dtype(st.compression)
     if wire is None or buffer.dtype == wire or not buffer.is_floating_point():
-        fut = comm.all_reduce(buffer, op="avg", async_op=True, algorithm=st.algorithm)
-        # DDP wants a future holding a Python object; the worker's future holds
-        # a C++ tensor, so hand it over through one (cheap) Python callback.
-        return fut.get_future().then(_value)
+        # Straight to the native path: DDP's Python-hook interface wants a
+        # future holding a Python object, and the worker completes it with one,
+        # so no Python callback runs on pycomm's thread. A failed step cannot
+        # use a restored bucket: no restore copy.
+        return comm._impl.all_reduce(buffer, "avg", True, st.algorithm, False,
+                                     future_value="python").get_future()
     key = (bucket.index(), buffer.numel())
     compressed = st._wire_buffers.get(key)
     if compressed is None:

@@ -79,7 +79,16 @@ Backend::~Backend() = default;
 
 void Backend::shutdown() { comm_->close(); }
 
-c10::intrusive_ptr<c10d::Work> Backend::queue(c10d::OpType type, Job job) {
+c10::intrusive_ptr<c10d::Work> Backend::launch(c10d::OpType type, Job job, bool async_op) {
+  // A blocking call from Python (async_op=False: the caller waits at once)
+  // runs in its thread when the communicator is idle: no hand-off to the
+  // worker. Anything asynchronous (DDP's buckets, FSDP) goes to the worker,
+  // so it overlaps the caller's compute.
+  if (!async_op && comm_->run_if_idle(job)) {
+    auto item = std::make_shared<WorkItem>(std::move(job));
+    item->finish(nullptr);
+    return c10::make_intrusive<Work>(getRank(), type, std::move(item));
+  }
   return c10::make_intrusive<Work>(getRank(), type, comm_->enqueue(std::move(job)));
 }
 
@@ -94,6 +103,7 @@ c10::intrusive_ptr<c10d::Work> Backend::allreduce(std::vector<at::Tensor>& tenso
   c10d::AllreduceCoalescedOptions o;
   o.reduceOp = opts.reduceOp;
   o.timeout = opts.timeout;
+  o.asyncOp = opts.asyncOp;
   std::vector<at::Tensor> one{single_tensor(tensors, "tensor")};
   return allreduce_coalesced(one, o);
 }
@@ -123,7 +133,7 @@ c10::intrusive_ptr<c10d::Work> Backend::allreduce_coalesced(
       core::all_reduce(ctx, args[i]);
     }
   };
-  return queue(c10d::OpType::ALLREDUCE, std::move(job));
+  return launch(c10d::OpType::ALLREDUCE, std::move(job), opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::broadcast(std::vector<at::Tensor>& tensors,
@@ -140,7 +150,7 @@ c10::intrusive_ptr<c10d::Work> Backend::broadcast(std::vector<at::Tensor>& tenso
   Job job;
   job.outputs = tensors;
   job.body = [a, keep = t](const core::Context& ctx) { core::broadcast(ctx, a); };
-  return queue(c10d::OpType::BROADCAST, std::move(job));
+  return launch(c10d::OpType::BROADCAST, std::move(job), opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::reduce(std::vector<at::Tensor>& tensors,
@@ -165,7 +175,7 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce(std::vector<at::Tensor>& tensors,
     if (red.premul) keep.mul_(red.factor);
     core::reduce(ctx, a);
   };
-  return queue(c10d::OpType::REDUCE, std::move(job));
+  return launch(c10d::OpType::REDUCE, std::move(job), opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::_allgather_base(at::Tensor& output, at::Tensor& input,
@@ -176,7 +186,7 @@ c10::intrusive_ptr<c10d::Work> Backend::_allgather_base(at::Tensor& output, at::
 
 c10::intrusive_ptr<c10d::Work> Backend::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions& /*opts*/) {
+    const c10d::AllgatherOptions& opts) {
   TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "output_tensors: ", outputs.size(),
                     " outputs for ", inputs.size(), " inputs");
   std::vector<core::AllGatherArgs> args;
@@ -195,7 +205,7 @@ c10::intrusive_ptr<c10d::Work> Backend::allgather_into_tensor_coalesced(
   job.body = [args = std::move(args), keep = inputs](const core::Context& ctx) {
     for (const auto& a : args) core::all_gather(ctx, a);
   };
-  return queue(c10d::OpType::_ALLGATHER_BASE, std::move(job));
+  return launch(c10d::OpType::_ALLGATHER_BASE, std::move(job), opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -208,7 +218,7 @@ c10::intrusive_ptr<c10d::Work> Backend::allgather(std::vector<std::vector<at::Te
 
 c10::intrusive_ptr<c10d::Work> Backend::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions& /*opts*/) {
+    const c10d::AllgatherOptions& opts) {
   TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "output_tensor_lists: ", outputs.size(),
                     " lists for ", inputs.size(), " inputs");
   std::vector<core::AllGatherArgs> args;
@@ -241,7 +251,7 @@ c10::intrusive_ptr<c10d::Work> Backend::allgather_coalesced(
       }
     }
   };
-  return queue(c10d::OpType::ALLGATHER, std::move(job));
+  return launch(c10d::OpType::ALLGATHER, std::move(job), opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
@@ -285,7 +295,7 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter_tensor_coalesced(
       core::reduce_scatter(ctx, args[i]);
     }
   };
-  return queue(c10d::OpType::_REDUCE_SCATTER_BASE, std::move(job));
+  return launch(c10d::OpType::_REDUCE_SCATTER_BASE, std::move(job), opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter(std::vector<at::Tensor>& outputs,
@@ -306,7 +316,7 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter(std::vector<at::Tensor>& 
 c10::intrusive_ptr<c10d::Work> Backend::alltoall_base(at::Tensor& output, at::Tensor& input,
                                                       std::vector<int64_t>& output_split_sizes,
                                                       std::vector<int64_t>& input_split_sizes,
-                                                      const c10d::AllToAllOptions& /*opts*/) {
+                                                      const c10d::AllToAllOptions& opts) {
   const core::DType dtype = check_tensor(input, "input");
   check_like(output, "output", dtype, output.numel(), "input");
   const int world = getSize();
@@ -353,12 +363,12 @@ c10::intrusive_ptr<c10d::Work> Backend::alltoall_base(at::Tensor& output, at::Te
     a.dtype = dtype;
     core::all_to_all(ctx, a);
   };
-  return queue(c10d::OpType::ALLTOALL_BASE, std::move(job));
+  return launch(c10d::OpType::ALLTOALL_BASE, std::move(job), opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::alltoall(std::vector<at::Tensor>& outputs,
                                                  std::vector<at::Tensor>& inputs,
-                                                 const c10d::AllToAllOptions& /*opts*/) {
+                                                 const c10d::AllToAllOptions& opts) {
   const int world = getSize();
   TORCH_CHECK_VALUE(int64_t(inputs.size()) == world && int64_t(outputs.size()) == world,
                     "input_tensor_list, output_tensor_list: expected ", world,
@@ -388,13 +398,13 @@ c10::intrusive_ptr<c10d::Work> Backend::alltoall(std::vector<at::Tensor>& output
     a.dtype = dtype;
     core::all_to_all(ctx, a);
   };
-  return queue(c10d::OpType::ALLTOALL, std::move(job));
+  return launch(c10d::OpType::ALLTOALL, std::move(job), opts.asyncOp);
 }
 
-c10::intrusive_ptr<c10d::Work> Backend::barrier(const c10d::BarrierOptions& /*opts*/) {
+c10::intrusive_ptr<c10d::Work> Backend::barrier(const c10d::BarrierOptions& opts) {
   Job job;
   job.body = [](const core::Context& ctx) { core::barrier(ctx); };
-  return queue(c10d::OpType::BARRIER, std::move(job));
+  return launch(c10d::OpType::BARRIER, std::move(job), opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::gather(std::vector<std::vector<at::Tensor>>& outputs,

@@ -81,7 +81,7 @@ class Backend : public c10d::Backend {
   const std::shared_ptr<Communicator>& communicator() const { return comm_; }
 
  private:
-  c10::intrusive_ptr<c10d::Work> queue(c10d::OpType type, Job job);
+  c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, Job job, bool async_op);
   // Waits for pycomm's queued work, then returns the fallback backend: what
   // the caller hands it may depend on that work. (The other way round, as
   // with gloo alone, a caller waits for an isend/irecv before a collective

@@ -10,8 +10,7 @@ namespace {
 constexpr auto kBackupIdle = std::chrono::seconds(1);
 
 c10::TypePtr result_type(const Job& job) {
-  return job.future_holds_list ? c10::TypePtr(c10::ListType::create(c10::TensorType::get()))
-                               : c10::TypePtr(c10::TensorType::get());
+  return job.value_type ? job.value_type : c10::TypePtr(c10::ListType::create(c10::TensorType::get()));
 }
 
 }  // namespace
@@ -29,10 +28,10 @@ void WorkItem::finish(std::exception_ptr err) {
   cv.notify_all();
   if (error) {
     future->setError(error);
-  } else if (job.future_holds_list) {
-    future->markCompleted(c10::IValue(job.outputs));
+  } else if (job.value) {
+    future->markCompleted(job.value());
   } else {
-    future->markCompleted(c10::IValue(job.outputs.at(0)));
+    future->markCompleted(c10::IValue(job.outputs));
   }
 }
 
@@ -65,17 +64,10 @@ void Communicator::start() {
 
 void Communicator::unlink_name() { session_->unlink_name(); }
 
-std::shared_ptr<WorkItem> Communicator::submit(Job job, bool async_op) {
+bool Communicator::run_if_idle(const Job& job) {
   std::unique_lock<std::mutex> lock(mu_);
   if (closing_) throw core::CommError("pycomm: the communicator is closed");
-  if (async_op || !queue_.empty() || busy_) {
-    lock.unlock();
-    auto item = enqueue(std::move(job));
-    if (async_op) return item;
-    item->wait();
-    return nullptr;
-  }
-  // Idle and synchronous: run here, without a thread hop or a queued item.
+  if (!queue_.empty() || busy_) return false;
   busy_ = true;
   lock.unlock();
   std::exception_ptr error = run(job);
@@ -88,7 +80,7 @@ std::shared_ptr<WorkItem> Communicator::submit(Job job, bool async_op) {
   lock.unlock();
   if (wake) cv_.notify_all();
   if (error) std::rethrow_exception(error);
-  return nullptr;
+  return true;
 }
 
 std::shared_ptr<WorkItem> Communicator::enqueue(Job job) {

@@ -33,9 +33,11 @@ namespace pycomm {
 struct Job {
   std::function<void(const core::Context&)> body;
   std::vector<at::Tensor> outputs;
-  // true: the future holds the output tensor list (c10d's convention);
-  // false: the one output tensor (pycomm.all_reduce's).
-  bool future_holds_list = true;
+  // What the future completes with: by default the output tensor list
+  // (c10d's convention); else value() of type value_type, made on the worker
+  // once the job succeeded.
+  c10::TypePtr value_type;
+  std::function<c10::IValue()> value;
 };
 
 // A job that went through the queue. `future` completes with its outputs (or
@@ -64,10 +66,12 @@ class Communicator {
   void start();
   void unlink_name();
 
-  // Runs `job` now (synchronous and idle) and returns nullptr, or queues it
-  // and returns its item: async_op, or another collective is queued or running.
-  std::shared_ptr<WorkItem> submit(Job job, bool async_op);
-  // Queues `job` whatever the state (the c10d backend: DDP must overlap).
+  // Runs `job` in the caller's thread if nothing is queued or running, and
+  // returns true (or throws the job's error). False: the caller queues it.
+  // A synchronous call that finds the communicator idle thus skips the thread
+  // hop and allocates nothing.
+  bool run_if_idle(const Job& job);
+  // Queues `job` for the worker thread; its item completes its future.
   std::shared_ptr<WorkItem> enqueue(Job job);
   // Blocks until every queued collective has finished.
   void flush();
