@@ -36,3 +36,36 @@ def worlds():
     yield get
     for w in started.values():
         w.close()
+
+
+def segments_of(pids):
+    """The /dev/shm/pycomm-<pid>-* segments created by any of these processes."""
+    prefixes = tuple(f"pycomm-{pid}-" for pid in pids)
+    return [s for s in pycomm_segments() if os.path.basename(s).startswith(prefixes)]
+
+
+@pytest.fixture(scope="session")
+def backend_worlds():
+    """backend_worlds(n): a ProcessWorld of n ranks whose default group is the
+    backend under test (process_world.TEST_BACKEND, "cpu:pycomm" unless
+    PYCOMM_TEST_BACKEND says otherwise), started once per session. A world in
+    which a test failed is replaced, so one failure does not cascade into the
+    next tests through a communicator left out of step."""
+    from process_world import TEST_BACKEND
+
+    started = {}
+
+    def get(n):
+        w = started.get(n)
+        if w is None or not w.alive() or w.failed:
+            if w is not None:
+                w.kill()
+            w = started[n] = ProcessWorld(n, backend=TEST_BACKEND)
+        return w
+
+    yield get
+    for w in started.values():
+        if w.failed:
+            w.kill()
+        else:
+            w.close()

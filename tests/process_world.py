@@ -1,49 +1,109 @@
 """A pool of rank processes that lives across many test cases.
 
 Spawning a process group costs seconds on a 2-core machine, so each world
-size is started once: every rank initialises torch.distributed (gloo) and a
-pycomm communicator, then runs the functions the test sends it and sends back
-what they return. A failure in any rank is raised in the test with that rank's
-traceback. A rank that does not answer in time fails the test, never hangs it.
+size is started once: every rank initialises torch.distributed, then runs the
+functions the test sends it and sends back what they return. A failure in any
+rank is raised in the test with that rank's traceback. A rank that does not
+answer in time fails the test, never hangs it.
+
+Two kinds of world:
+- backend="gloo" (the default): the default group is gloo and every rank also
+  creates a pycomm communicator over it (`pycomm.init`).
+- any other backend string, e.g. "cpu:pycomm": the default group uses it, and
+  every rank also creates a gloo group over all ranks, `reference_group()`,
+  that tests use to compute references with the stock backend.
+
+Rendezvous goes through a TCPStore that the test process creates on port 0
+(the OS picks a free port and the store keeps it bound), and the ranks join as
+clients: no port is picked, released and bound again, so no other process can
+take it in between.
 """
 from __future__ import annotations
 
+import datetime
 import multiprocessing as mp
 import os
-import socket
 import time
 import traceback
 from multiprocessing.connection import wait
 
+# The backend the backend tests run on. PYCOMM_TEST_BACKEND=gloo runs them on
+# gloo instead, to check the tests' own references (cases gloo cannot do are
+# left out then, and only then).
+TEST_BACKEND = os.environ.get("PYCOMM_TEST_BACKEND", "cpu:pycomm")
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+
+def validating_on_gloo() -> bool:
+    return "pycomm" not in TEST_BACKEND
 
 
-def _rank_main(rank, world_size, port, conn, comm_timeout):
-    os.environ["OMP_NUM_THREADS"] = "1"
+_REFERENCE_GROUP = None
+
+
+def reference_group():
+    """In a rank: a gloo group over every rank (the default group in a gloo world)."""
+    import torch.distributed as dist
+
+    return _REFERENCE_GROUP if _REFERENCE_GROUP is not None else dist.group.WORLD
+
+
+def _set_up(rank, world_size, port, backend, comm_timeout):
+    global _REFERENCE_GROUP
     import torch
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world_size)
-    import pycomm
+    # Rendezvous may wait for slow-starting peers far longer than a short
+    # collective timeout under test.
+    store = dist.TCPStore("127.0.0.1", port, world_size, is_master=False,
+                          timeout=datetime.timedelta(seconds=max(comm_timeout or 0, 60.0)))
+    if backend == "gloo":
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size)
+        import pycomm
 
-    pycomm.init(timeout=comm_timeout)
+        pycomm.init(timeout=comm_timeout)
+    else:
+        import pycomm  # noqa: F401  (registers the "pycomm" backend)
+
+        group_timeout = {} if comm_timeout is None else \
+            {"timeout": datetime.timedelta(seconds=comm_timeout)}
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
+                                **group_timeout)
+        _REFERENCE_GROUP = dist.new_group(backend="gloo")
+
+
+def _tear_down(backend):
+    import torch.distributed as dist
+
+    if backend == "gloo":
+        import pycomm
+
+        pycomm.destroy()
+    dist.destroy_process_group()
+
+
+def _rank_main(rank, world_size, port, conn, comm_timeout, backend="gloo", env=None):
+    os.environ["OMP_NUM_THREADS"] = "1"
+    os.environ.update(env or {})
+    try:
+        _set_up(rank, world_size, port, backend, comm_timeout)
+        setup_error = None
+    except BaseException:  # noqa: BLE001 - reported with every request, not as a bare EOF
+        setup_error = f"rank {rank} could not start ({backend}):\n{traceback.format_exc()}"
     while True:
         msg = conn.recv()
         if msg is None:
             break
+        if setup_error is not None:
+            conn.send(("error", setup_error))
+            continue
         fn, args = msg
         try:
             conn.send(("ok", fn(*args)))
         except BaseException:  # noqa: BLE001 - everything goes back to the test
             conn.send(("error", traceback.format_exc()))
-    pycomm.destroy()
-    dist.destroy_process_group()
+    if setup_error is None:
+        _tear_down(backend)
     conn.send(("closed", None))
 
 
@@ -52,24 +112,50 @@ class RankFailed(AssertionError):
 
 
 class ProcessWorld:
-    def __init__(self, world_size: int, comm_timeout: float = 60.0):
+    """world_size rank processes. comm_timeout (s): pycomm's timeout in a gloo
+    world, the default group's timeout otherwise (None: torch's default).
+    env: variables set in each rank before torch is imported."""
+
+    def __init__(self, world_size: int, comm_timeout: float | None = 60.0, backend: str = "gloo",
+                 env: dict | None = None):
+        import torch.distributed as dist
+
         ctx = mp.get_context("spawn")
-        port = free_port()
+        # Port 0: the OS picks a free port, and it stays bound by this store
+        # for the world's lifetime.
+        self.store = dist.TCPStore("127.0.0.1", 0, None, is_master=True, wait_for_workers=False,
+                                   timeout=datetime.timedelta(seconds=max(comm_timeout or 0, 60.0)))
+        port = self.store.port
         self.world_size = world_size
+        self.backend = backend
+        self.failed = False  # a run raised: some rank may be out of step
         self.conns = []
         self.procs = []
         for rank in range(world_size):
             parent, child = ctx.Pipe()
-            p = ctx.Process(target=_rank_main, args=(rank, world_size, port, child, comm_timeout),
+            p = ctx.Process(target=_rank_main,
+                            args=(rank, world_size, port, child, comm_timeout, backend,
+                                  dict(env or {})),
                             daemon=True)
             p.start()
             child.close()
             self.conns.append(parent)
             self.procs.append(p)
 
+    @property
+    def pids(self):
+        return [p.pid for p in self.procs]
+
     def run(self, fn, *args, ranks=None, timeout: float = 240.0, may_die=()):
         """Runs fn(*args) on every rank (or on `ranks`); returns the results by
         rank (None for a rank in `may_die` that died)."""
+        try:
+            return self._run(fn, args, ranks, timeout, may_die)
+        except BaseException:
+            self.failed = True
+            raise
+
+    def _run(self, fn, args, ranks, timeout, may_die):
         ranks = range(self.world_size) if ranks is None else ranks
         for r in ranks:
             self.conns[r].send((fn, args))
