@@ -35,11 +35,12 @@ def digest(tensors):
 
 
 def compare(ours, ref, names):
-    """(all close, worst relative difference, the worst tensor's name)."""
+    """(all close, worst use of the tolerance: |a - b| / (atol + rtol |b|), where)."""
     worst, worst_name, close = 0.0, None, True
     for name, a, b in zip(names, ours, ref):
         if a.is_floating_point():
-            diff = ((a.double() - b.double()).abs() / (b.double().abs() + 1e-3)).max().item() \
+            diff = ((a.double() - b.double()).abs()
+                    / (TOL["atol"] + TOL["rtol"] * b.double().abs())).max().item() \
                 if a.numel() else 0.0
             ok = torch.allclose(a, b, **TOL)
         else:
@@ -52,11 +53,12 @@ def compare(ours, ref, names):
 
 def check(results, what):
     for rank, (close, worst, name, _) in enumerate(results):
-        assert close, f"{what}: rank {rank}: differs from gloo beyond {TOL}; worst " \
-                      f"relative difference {worst:.3g} in {name}"
+        assert close, f"{what}: rank {rank}: differs from gloo beyond {TOL}: " \
+                      f"|a - b| reaches {worst:.3g} x (atol + rtol |b|) in {name}"
     digests = [r[3] for r in results]
     assert all(d == digests[0] for d in digests), f"{what}: ranks differ bitwise"
-    print(f"[training] {what}: worst relative difference to gloo {max(r[1] for r in results):.3g}")
+    print(f"[training] {what}: largest difference to gloo "
+          f"{max(r[1] for r in results):.3g} x (atol + rtol |b|)")
 
 
 # ---------------------------------------------------------------------------
@@ -161,7 +163,9 @@ def train_fsdp(mesh, steps=STEPS):
     for layer in model.layers:
         fully_shard(layer, mesh=mesh)
     fully_shard(model, mesh=mesh)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    # SGD: linear in the gradients (Adam's first step is sign-like, so the
+    # rounding of a near-zero gradient could flip an update).
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     for step in range(steps):
         g = torch.Generator().manual_seed(100 * step + rank)
         x = torch.randn(8, 37, generator=g)
