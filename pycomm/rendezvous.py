@@ -85,17 +85,21 @@ class _Rendezvous:
         return f"{self.prefix}/{name}"
 
     def fail(self, message: str, exc=_C.CommError):
-        # Tell the others first, so their waits end now rather than at the deadline.
+        self.tell_others(exc.__name__, message)
+        raise exc(f"{self.what}: {message}")
+
+    def tell_others(self, kind: str, message: str):
+        """Sets the abort key, so the others' waits end now rather than at the deadline."""
         try:
-            self.store.set(self.key("abort"), f"rank {self.rank}: {message}")
+            self.store.set(self.key("abort"), f"{kind}|rank {self.rank}: {message}")
         except Exception:  # noqa: BLE001 - the store may be what failed
             pass
-        raise exc(f"{self.what}: {message}")
 
     def _check_peers(self, waiting_for: str):
         if self.store.check([self.key("abort")]):
-            reason = self.store.get(self.key("abort")).decode()
-            raise _C.CommError(f"{self.what}: set-up failed on another rank ({reason})")
+            kind, reason = self.store.get(self.key("abort")).decode().split("|", 1)
+            exc = _C.CommTimeout if kind == "CommTimeout" else _C.CommError
+            raise exc(f"{self.what}: set-up failed on another rank ({reason})")
         dead = self.peers.first_dead()
         if dead is not None:
             self.fail(f"rank {dead} exited while rank {self.rank} was waiting for {waiting_for}",
@@ -130,10 +134,13 @@ class _Rendezvous:
         self.hosts[self.rank] = me.split(" ", 1)[1]
         self.store.set(self.key(f"pid/{self.rank}"), me)
 
+    def unpublished(self):
+        """The ranks that have not published their pid yet."""
+        return [r for r in range(self.world) if not self.store.check([self.key(f"pid/{r}")])]
+
     def gather_pids(self):
         keys = [self.key(f"pid/{r}") for r in range(self.world)]
-        self.wait_until(lambda: self.store.check(keys), "every rank to start set-up",
-                        lambda: [r for r in range(self.world) if not self.store.check([keys[r]])])
+        self.wait_until(lambda: self.store.check(keys), "every rank to start set-up", self.unpublished)
         self._watch_published_pids(range(self.world))
         others = {r: h for r, h in self.hosts.items() if h != self.hosts[self.rank]}
         if others:
@@ -161,14 +168,16 @@ def create_communicator(store, prefix: str, rank: int, world: int, timeout_s: fl
             store.set(rdv.key("name"), name)
         else:
             name_key = rdv.key("name")
+            # Rank 0 creates it once every rank has published its pid: those
+            # that have not are the ones missing, else rank 0 itself.
             rdv.wait_until(lambda: store.check([name_key]), "rank 0 to create the shared memory",
-                           lambda: [0])
+                           lambda: rdv.unpublished() or [0])
             name = store.get(name_key).decode()
             impl = _C.Communicator(rank, world, name, False, config)
         count_key = rdv.key("attached")
         store.add(count_key, 1)
         rdv.wait_until(lambda: store.add(count_key, 0) >= world, "every rank to map the shared memory",
-                       lambda: [r for r in range(world) if not store.check([rdv.key(f"pid/{r}")])])
+                       rdv.unpublished)
         impl.unlink_name()
         impl.start()
         return impl
@@ -178,10 +187,7 @@ def create_communicator(store, prefix: str, rank: int, world: int, timeout_s: fl
             impl.unlink_name()
             impl.close()
         if not isinstance(e, _C.CommError):
-            try:
-                store.set(rdv.key("abort"), f"rank {rank}: {type(e).__name__}: {e}")
-            except Exception:  # noqa: BLE001
-                pass
+            rdv.tell_others("CommError", f"{type(e).__name__}: {e}")
         raise
     finally:
         rdv.peers.close()
