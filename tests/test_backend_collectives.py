@@ -218,7 +218,8 @@ def all_reduce_grid(counts):
 
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
 def test_all_reduce(backend_worlds, world_size):
-    check(backend_worlds(world_size).run(all_reduce_grid, COUNTS), f"all_reduce w={world_size}")
+    check(backend_worlds(world_size).run(all_reduce_grid, COUNTS + [(1 << 20) + 3]),
+          f"all_reduce w={world_size}")
 
 
 def reduce_grid(counts):
@@ -242,7 +243,7 @@ def reduce_grid(counts):
 
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
 def test_reduce_every_root(backend_worlds, world_size):
-    check(backend_worlds(world_size).run(reduce_grid, [0, 7, 1023]), f"reduce w={world_size}")
+    check(backend_worlds(world_size).run(reduce_grid, [0, 7, 1023, 65537]), f"reduce w={world_size}")
 
 
 def reduce_scatter_grid(counts):
@@ -273,7 +274,7 @@ def reduce_scatter_grid(counts):
 
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
 def test_reduce_scatter(backend_worlds, world_size):
-    check(backend_worlds(world_size).run(reduce_scatter_grid, [0, 1, 7, 1023]),
+    check(backend_worlds(world_size).run(reduce_scatter_grid, [0, 1, 7, 1023, 65537]),
           f"reduce_scatter w={world_size}")
 
 
@@ -377,6 +378,8 @@ def split_patterns(world):
         "one-pair": [[(src == 0 and dst == world - 1) * 9 for dst in range(world)]
                      for src in range(world)],
         "by-rank": [[src * world + dst + 1 for dst in range(world)] for src in range(world)],
+        "large-uneven": [[int(v) for v in torch.randint(0, 100_000, (world,), generator=g)]
+                         for _ in range(world)],
     }
     return patterns
 
@@ -718,6 +721,16 @@ def bad_input_case():
             out = torch.zeros(6, dtype=dtype)
             expect_raises(c, f"reduce_scatter_single AVG {name}",
                           lambda: dist.reduce_scatter_single(out, t, op=avg), ValueError, ["avg"], t)
+            # PREMUL_SUM on integers: a clear error, or the exact product of the sum
+            t = torch.full((5,), rank + 1, dtype=dtype)
+
+            def premul_right():
+                c.equal(f"all_reduce PREMUL_SUM(2.0) {name}: the result", t,
+                        torch.full((5,), 2 * sum(range(1, world + 1)), dtype=dtype))
+
+            expect_raises(c, f"all_reduce PREMUL_SUM {name}",
+                          lambda: dist.all_reduce(t, op=dist._make_nccl_premul_sum(2.0)),
+                          (ValueError, TypeError), ["premul"], t, premul_right)
         for name, dtype in (("bool", torch.bool), ("int16", torch.int16)):
             t = torch.ones(5, dtype=dtype)
             expect_raises(c, f"all_reduce {name}", lambda: dist.all_reduce(t), (TypeError, ValueError),
