@@ -939,3 +939,41 @@ def subgroups_case(rounds):
 @pytest.mark.parametrize("world_size", [3, 4])
 def test_overlapping_subgroups(backend_worlds, world_size):
     check(backend_worlds(world_size).run(subgroups_case, 20), f"subgroups w={world_size}")
+
+
+# ---------------------------------------------------------------------------
+# The spellings of the backend.
+
+def backend_string_case():
+    rank, world = dist.get_rank(), dist.get_world_size()
+    cpu_backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
+    t = torch.full((10,), float(rank + 1))
+    dist.all_reduce(t)
+    group = dist.new_group(backend="pycomm")
+    sub_backend = group._get_backend(torch.device("cpu"))
+    u = torch.full((3,), float(rank))
+    dist.broadcast(u, src=world - 1, group=group)
+    dist.destroy_process_group(group)
+    return (dist.get_backend(), cpu_backend.name(), sub_backend.name(), t.tolist(), u.tolist())
+
+
+@pytest.mark.skipif(validating_on_gloo(), reason="pycomm's own backend strings")
+@pytest.mark.parametrize("backend", [
+    "cpu:pycomm", "pycomm",
+    pytest.param("cpu:pycomm,cuda:nccl", marks=pytest.mark.skipif(
+        not torch.cuda.is_available(), reason="NCCL needs a GPU"))])
+def test_backend_strings(backend_worlds, backend):
+    from process_world import ProcessWorld
+
+    own = backend != "cpu:pycomm"  # the session's worlds use "cpu:pycomm"
+    world = ProcessWorld(2, backend=backend) if own else backend_worlds(2)
+    try:
+        results = world.run(backend_string_case)
+    finally:
+        if own:
+            world.kill() if world.failed else world.close()
+    for rank, (name, cpu_name, sub_name, t, u) in enumerate(results):
+        assert name == backend, f"rank {rank}: get_backend() is {name!r}"
+        assert cpu_name == "pycomm" and sub_name == "pycomm", \
+            f"rank {rank}: CPU tensors go to {cpu_name!r} (default group), {sub_name!r} (new_group)"
+        assert t == [3.0] * 10 and u == [1.0] * 3, f"rank {rank}: {t}, {u}"
