@@ -87,7 +87,10 @@ def allreduce_gradients(params: Iterable[torch.Tensor], bucket_cap_mb: float = 2
         grads = [p.grad for p in bucket]
         dtype = wire if (wire is not None and grads[0].is_floating_point()) else grads[0].dtype
         flat = flatten(grads, dtype=dtype)
-        in_flight.append((comm.all_reduce(flat, op="sum", async_op=True), flat, grads))
+        # A private bucket: the gradients are written only after success, so
+        # there is nothing to restore.
+        work = comm.all_reduce(flat, op="sum", async_op=True, restore_on_failure=False)
+        in_flight.append((work, flat, grads))
         # Unpack the oldest bucket while the newer ones are being reduced.
         if len(in_flight) > 1:
             _finish(in_flight.pop(0), world)

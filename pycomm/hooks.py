@@ -87,14 +87,15 @@ def ring_hook(state, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tens
         # future holding a Python object, and the worker completes it with one,
         # so no Python callback runs on pycomm's thread. A failed step cannot
         # use a restored bucket: no restore copy.
-        return comm._impl.all_reduce(buffer, "avg", True, st.algorithm, False,
-                                     future_value="python").get_future()
+        return comm._impl.all_reduce(buffer, "avg", async_op=True, algorithm=st.algorithm,
+                                     restore_on_failure=False, future_value="python").get_future()
     key = (bucket.index(), buffer.numel())
     compressed = st._wire_buffers.get(key)
     if compressed is None:
         compressed = st._wire_buffers[key] = torch.empty(buffer.numel(), dtype=wire)
     flatten([buffer], scale=1.0 / comm.world_size, out=compressed)
-    fut = comm.all_reduce(compressed, op="sum", async_op=True, algorithm=st.algorithm).get_future()
+    fut = comm.all_reduce(compressed, op="sum", async_op=True, algorithm=st.algorithm,
+                          restore_on_failure=False).get_future()
 
     def decompress(f):
         unflatten(f.value(), [buffer])
