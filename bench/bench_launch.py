@@ -3,7 +3,6 @@ or as local processes they spawn themselves."""
 from __future__ import annotations
 
 import os
-import socket
 import sys
 
 # Benchmarks run as scripts (python bench/x.py): make the repository's pycomm
@@ -13,25 +12,22 @@ if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _rank_entry(rank, world_size, port, backend, main, args):
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    _run_rank(backend, main, args)
+    import torch.distributed as dist
+
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
+    # A client of the store the launching process holds open: no port to race for.
+    store = dist.TCPStore("127.0.0.1", port, world_size, is_master=False)
+    _run_rank(backend, main, args, store=store, rank=rank, world_size=world_size)
 
 
-def _run_rank(backend, main, args):
+def _run_rank(backend, main, args, **store_args):
     import torch
     import torch.distributed as dist
 
     # One compute thread per rank: ranks share the host's cores.
     torch.set_num_threads(int(os.environ.get("PYCOMM_BENCH_THREADS", "1")))
-    dist.init_process_group(backend)
+    dist.init_process_group(backend, **store_args)
     try:
         main(args)
     finally:
@@ -50,6 +46,10 @@ def launch(main, args, nproc: int, backend: str = "gloo"):
     # Single-threaded BLAS in every rank, before torch is imported there.
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
+    import torch.distributed as dist
     import torch.multiprocessing as mp
 
-    mp.spawn(_rank_entry, args=(nproc, _free_port(), backend, main, args), nprocs=nproc)
+    # Port 0: the system picks a free port and the store keeps it bound.
+    store = dist.TCPStore("127.0.0.1", 0, nproc, is_master=True, wait_for_workers=False)
+    mp.spawn(_rank_entry, args=(nproc, store.port, backend, main, args), nprocs=nproc)
+    del store

@@ -410,6 +410,19 @@ TEST(mismatched_counts_raise_on_every_rank_and_leave_inputs) {
   }
 }
 
+TEST(mismatch_names_the_rank_that_left_the_majority) {
+  World w(3, small_buffers());
+  std::vector<std::vector<float>> data = {std::vector<float>(1001, 1.f), std::vector<float>(1000, 2.f),
+                                          std::vector<float>(1000, 3.f)};
+  auto errors = w.run([&](int r) {
+    AllReduceArgs a;
+    a.data = data[r].data();
+    a.count = data[r].size();
+    all_reduce(w.ctx(r), a);
+  });
+  for (const auto& e : errors) CHECK(e.find("count differs on rank 0") != std::string::npos);
+}
+
 TEST(mismatched_dtype_and_collective_kind) {
   World w(2, small_buffers());
   std::vector<float> f(10, 1.f);

@@ -136,22 +136,29 @@ void Session::handshake(const Fingerprint& fp) {
   if (aborted()) fail_aborted();
 
   // Every rank reads the same fingerprints, so every rank raises the same error.
+  auto fp_of = [&](int r) -> const Fingerprint& { return control(r).own.fingerprint[seq & 1]; };
   bool same = true;
-  const Fingerprint& first = control(0).own.fingerprint[seq & 1];
-  for (int r = 1; r < world_ && same; ++r) same = control(r).own.fingerprint[seq & 1] == first;
+  for (int r = 1; r < world_ && same; ++r) same = fp_of(r) == fp_of(0);
   if (same) return;
+  // Blame a rank that left the majority (ties: the lowest rank's call wins),
+  // so that an odd rank 0 is named rather than everyone else.
+  int reference = 0, most = 0;
+  for (int r = 0; r < world_; ++r) {
+    int agree = 0;
+    for (int q = 0; q < world_; ++q) agree += fp_of(q) == fp_of(r);
+    if (agree > most) most = agree, reference = r;
+  }
   std::ostringstream os;
   os << "pycomm: collective #" << seq << " does not match across ranks";
-  for (int r = 1; r < world_; ++r) {
-    const Fingerprint& f = control(r).own.fingerprint[seq & 1];
-    if (f != first) {
-      os << " (" << first_difference(first, f) << " differs on rank " << r << ")";
+  for (int r = 0; r < world_; ++r) {
+    if (fp_of(r) != fp_of(reference)) {
+      os << " (" << first_difference(fp_of(reference), fp_of(r)) << " differs on rank " << r << ")";
       break;
     }
   }
   os << ":";
   for (int r = 0; r < world_; ++r) {
-    os << (r ? "," : "") << " rank " << r << " called " << describe(control(r).own.fingerprint[seq & 1]);
+    os << (r ? "," : "") << " rank " << r << " called " << describe(fp_of(r));
   }
   fail_mismatch(os.str());
 }
