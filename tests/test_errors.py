@@ -100,7 +100,7 @@ def mismatch_case(kind):
 
 
 @pytest.mark.parametrize("kind,what", [("count", "count differs on rank 1"),
-                                       ("count-ring-vs-direct", "count differs on rank 1"),
+                                       ("count-ring-vs-direct", "count differs on rank 0"),  # rank 0 is the odd one
                                        ("dtype", "dtype differs on rank 1"),
                                        ("op", "op differs on rank 1"),
                                        ("collective", "collective differs on rank 1")])
