@@ -88,7 +88,7 @@ def ring_hook(state, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tens
         # so no Python callback runs on pycomm's thread. A failed step cannot
         # use a restored bucket: no restore copy.
         return comm._impl.all_reduce(buffer, "avg", async_op=True, algorithm=st.algorithm,
-                                     restore_on_failure=False, future_value="python").get_future()
+                                     restore_on_failure=False, python_future=True).get_future()
     key = (bucket.index(), buffer.numel())
     compressed = st._wire_buffers.get(key)
     if compressed is None:

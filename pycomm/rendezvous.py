@@ -80,6 +80,7 @@ class _Rendezvous:
         self.deadline = time.monotonic() + timeout_s
         self.peers = _Peers()
         self.hosts = {}
+        self.reported = False  # whether the others were told of a failure
 
     def key(self, name: str) -> str:
         return f"{self.prefix}/{name}"
@@ -89,14 +90,17 @@ class _Rendezvous:
         raise exc(f"{self.what}: {message}")
 
     def tell_others(self, kind: str, message: str):
-        """Sets the abort key, so the others' waits end now rather than at the deadline."""
+        """Sets the abort key, so the others' waits end now rather than at the
+        deadline. The first failure's reason stays: later ones do not overwrite it."""
+        self.reported = True
         try:
-            self.store.set(self.key("abort"), f"{kind}|rank {self.rank}: {message}")
+            self.store.compare_set(self.key("abort"), "", f"{kind}|rank {self.rank}: {message}")
         except Exception:  # noqa: BLE001 - the store may be what failed
             pass
 
     def _check_peers(self, waiting_for: str):
         if self.store.check([self.key("abort")]):
+            self.reported = True  # the others know already
             kind, reason = self.store.get(self.key("abort")).decode().split("|", 1)
             exc = _C.CommTimeout if kind == "CommTimeout" else _C.CommError
             raise exc(f"{self.what}: set-up failed on another rank ({reason})")
@@ -175,9 +179,10 @@ def create_communicator(store, prefix: str, rank: int, world: int, timeout_s: fl
             name = store.get(name_key).decode()
             impl = _C.Communicator(rank, world, name, False, config)
         count_key = rdv.key("attached")
+        store.set(rdv.key(f"attached/{rank}"), "1")
         store.add(count_key, 1)
         rdv.wait_until(lambda: store.add(count_key, 0) >= world, "every rank to map the shared memory",
-                       rdv.unpublished)
+                       lambda: [r for r in range(world) if not store.check([rdv.key(f"attached/{r}")])])
         impl.unlink_name()
         impl.start()
         return impl
@@ -186,8 +191,11 @@ def create_communicator(store, prefix: str, rank: int, world: int, timeout_s: fl
             # Removes the name (whoever created it): nothing stays in /dev/shm.
             impl.unlink_name()
             impl.close()
-        if not isinstance(e, _C.CommError):
-            rdv.tell_others("CommError", f"{type(e).__name__}: {e}")
+        if not rdv.reported:
+            # E.g. this rank could not map the segment: the others need not
+            # wait for it until their deadline.
+            rdv.tell_others(type(e).__name__ if isinstance(e, _C.CommTimeout) else "CommError",
+                            f"{type(e).__name__}: {e}")
         raise
     finally:
         rdv.peers.close()

@@ -208,3 +208,25 @@ def test_torchrun_launch():
     assert proc.returncode == 0, f"torchrun exited {proc.returncode}:\n{out[-6000:]}"
     for rank in range(WORLD):
         assert f"backend_smoke rank {rank}/{WORLD}: ok" in proc.stdout, out[-6000:]
+
+
+def nested_callback_case():
+    """A callback chained on a collective's future issues another collective
+    and waits for it (as PowerSGD's hook does): the worker must stay free to run
+    it, and the callback must see its result."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    t = torch.ones(4)
+    work = dist.all_reduce(t, async_op=True)
+
+    def then_reduce_again(fut):
+        u = torch.full((3,), float(rank))
+        dist.all_reduce(u, async_op=True).get_future().wait()
+        return u
+
+    out = work.get_future().then(then_reduce_again).wait()
+    return t.tolist() == [float(world)] * 4, out.tolist() == [float(sum(range(world)))] * 3
+
+
+def test_a_callback_can_wait_for_another_collective(backend_worlds):
+    for rank, (first, second) in enumerate(backend_worlds(2).run(nested_callback_case, timeout=60)):
+        assert first and second, f"rank {rank}: wrong values (first {first}, second {second})"

@@ -16,14 +16,8 @@ class Work : public c10d::Work {
       : c10d::Work(rank, type), item_(std::move(item)) {}
 
   bool isCompleted() override { return item_->completed(); }
-  bool isSuccess() const override {
-    std::lock_guard<std::mutex> lock(item_->mu);
-    return item_->done && !item_->error;
-  }
-  std::exception_ptr exception() const override {
-    std::lock_guard<std::mutex> lock(item_->mu);
-    return item_->error;
-  }
+  bool isSuccess() const override { return item_->completed() && !item_->error(); }
+  std::exception_ptr exception() const override { return item_->error(); }
   // pycomm's own deadline bounds every wait; c10d's timeout adds nothing.
   bool wait(std::chrono::milliseconds /*timeout*/) override {
     item_->wait();
@@ -77,14 +71,20 @@ Backend::Backend(std::shared_ptr<Communicator> comm, c10::intrusive_ptr<c10d::Ba
 
 Backend::~Backend() = default;
 
-void Backend::shutdown() { comm_->close(); }
+void Backend::shutdown() {
+  // What was queued still runs: the peers run their side of it too.
+  comm_->flush();
+  comm_->close();
+}
+
+void Backend::abort() { comm_->abort("pycomm: rank " + std::to_string(getRank()) + " aborted the process group"); }
 
 c10::intrusive_ptr<c10d::Work> Backend::launch(c10d::OpType type, Job job, bool async_op) {
   // A blocking call from Python (async_op=False: the caller waits at once)
   // runs in its thread when the communicator is idle: no hand-off to the
   // worker. Anything asynchronous (DDP's buckets, FSDP) goes to the worker,
   // so it overlaps the caller's compute.
-  if (!async_op && comm_->run_if_idle(job)) {
+  if (!async_op && comm_->run_if_idle(job.body)) {
     auto item = std::make_shared<WorkItem>(std::move(job));
     item->finish(nullptr);
     return c10::make_intrusive<Work>(getRank(), type, std::move(item));
@@ -171,8 +171,13 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce(std::vector<at::Tensor>& tensors,
   a.restore = false;
   Job job;
   job.outputs = tensors;
-  job.body = [a, red, keep = t](const core::Context& ctx) {
-    if (red.premul) keep.mul_(red.factor);
+  job.body = [a, red, keep = t](const core::Context& ctx) mutable {
+    at::Tensor scaled;
+    if (red.premul) {
+      // The root's tensor is the output; the others' are not to be written.
+      scaled = a.root == ctx.session.rank() ? keep.mul_(red.factor) : keep.mul(red.factor);
+      a.data = scaled.data_ptr();
+    }
     core::reduce(ctx, a);
   };
   return launch(c10d::OpType::REDUCE, std::move(job), opts.asyncOp);
@@ -308,9 +313,25 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter(std::vector<at::Tensor>& 
                     " tensors (the world size), got ", inputs[0].size());
   const core::DType dtype = check_tensor(out, "output");
   for (const auto& t : inputs[0]) check_like(t, "input_list[i]", dtype, out.numel(), "output");
-  // The list form reduces from one buffer: the inputs, concatenated.
-  std::vector<at::Tensor> outs{out}, ins{flat_of(inputs[0])};
-  return reduce_scatter_tensor_coalesced(outs, ins, opts);
+  Reduction red;
+  reduction_of(opts.reduceOp, &red);
+  check_op_for_dtype(red.op, red.premul, dtype);
+  core::ReduceScatterArgs a;
+  a.dtype = dtype;
+  a.output = out.data_ptr();
+  a.count = size_t(out.numel());
+  a.op = red.op;
+  Job job;
+  job.outputs = outputs;
+  job.body = [a, red, list = inputs[0]](const core::Context& ctx) mutable {
+    // The list form reduces from one buffer: the inputs, concatenated here on
+    // the worker, in call order (an earlier queued collective may write them).
+    at::Tensor flat = flat_of(list);
+    if (red.premul) flat.mul_(red.factor);
+    a.input = flat.data_ptr();
+    core::reduce_scatter(ctx, a);
+  };
+  return launch(c10d::OpType::REDUCE_SCATTER, std::move(job), opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::alltoall_base(at::Tensor& output, at::Tensor& input,

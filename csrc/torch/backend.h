@@ -75,8 +75,10 @@ class Backend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override;
 
+  // shutdown: finishes what is queued, then closes. abort: marks the session
+  // broken for every rank first, so no peer waits for this one.
   void shutdown() override;
-  void abort() override { shutdown(); }
+  void abort() override;
 
   const std::shared_ptr<Communicator>& communicator() const { return comm_; }
 

@@ -15,35 +15,82 @@ c10::TypePtr result_type(const Job& job) {
 
 }  // namespace
 
+thread_local bool t_on_lane = false;
+
 WorkItem::WorkItem(Job j) : job(std::move(j)) {
   future = c10::make_intrusive<c10::ivalue::Future>(result_type(job));
 }
 
 void WorkItem::finish(std::exception_ptr err) {
-  error = std::move(err);
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    done = true;
+  if (!err && job.value) {
+    try {
+      c10::IValue v = job.value();
+      future->markCompleted(std::move(v));
+      return;
+    } catch (...) {
+      err = std::current_exception();
+    }
   }
-  cv.notify_all();
-  if (error) {
-    future->setError(error);
-  } else if (job.value) {
-    future->markCompleted(job.value());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    error_ = err;
+  }
+  if (err) {
+    future->setError(err);
   } else {
     future->markCompleted(c10::IValue(job.outputs));
   }
 }
 
 void WorkItem::wait() {
-  std::unique_lock<std::mutex> lock(mu);
-  cv.wait(lock, [&] { return done; });
-  if (error) std::rethrow_exception(error);
+  future->wait();
+  if (std::exception_ptr err = error()) std::rethrow_exception(err);
 }
 
-bool WorkItem::completed() {
-  std::lock_guard<std::mutex> lock(mu);
-  return done;
+std::exception_ptr WorkItem::error() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return error_;
+}
+
+Completions::~Completions() { stop(); }
+
+bool Completions::on_lane() { return t_on_lane; }
+
+void Completions::post(std::shared_ptr<WorkItem> item, std::exception_ptr err) {
+  pending_.fetch_add(1, std::memory_order_acq_rel);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.emplace_back(std::move(item), std::move(err));
+    if (!thread_.joinable() && !stopping_) thread_ = std::thread([this] { loop(); });
+  }
+  cv_.notify_one();
+}
+
+void Completions::loop() {
+  t_on_lane = true;
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return !queue_.empty() || stopping_; });
+    if (queue_.empty()) return;  // stopping, nothing left
+    auto [item, err] = std::move(queue_.front());
+    queue_.pop_front();
+    lock.unlock();
+    item->finish(std::move(err));
+    // Dropped before retaking mu_: the last reference to a tensor may take the
+    // GIL in its destructor (lock order: GIL, then mu_).
+    item.reset();
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) on_idle_();
+    lock.lock();
+  }
+}
+
+void Completions::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
 }
 
 Communicator::Communicator(int rank, int world, const std::string& segment_name, bool create,
@@ -51,9 +98,16 @@ Communicator::Communicator(int rank, int world, const std::string& segment_name,
     : config_(config),
       session_(create ? core::Session::create(rank, world, segment_name, config.wait,
                                               core::ShmDataPath::region(world, config.data))
-                      : core::Session::attach(rank, world, segment_name, config.wait)),
-      path_(std::make_unique<core::ShmDataPath>(*session_)),
-      context_{*session_, *path_, backup_, config_.tuning} {}
+                      : core::Session::attach(rank, world, segment_name, config.wait)) {
+  try {
+    path_ = std::make_unique<core::ShmDataPath>(*session_);
+  } catch (...) {
+    // Nobody else knows the name yet: remove it, or it stays in /dev/shm.
+    if (create) session_->unlink_name();
+    throw;
+  }
+  context_.emplace(core::Context{*session_, *path_, backup_, config_.tuning});
+}
 
 Communicator::~Communicator() { close(); }
 
@@ -64,27 +118,35 @@ void Communicator::start() {
 
 void Communicator::unlink_name() { session_->unlink_name(); }
 
-bool Communicator::run_if_idle(const Job& job) {
-  std::unique_lock<std::mutex> lock(mu_);
+void Communicator::abort(const std::string& reason) {
+  session_->abort(reason);
+  close();
+}
+
+bool Communicator::claim_if_idle() {
+  std::lock_guard<std::mutex> lock(mu_);
   if (closing_) throw core::CommError("pycomm: the communicator is closed");
   if (!queue_.empty() || busy_) return false;
+  // While a callback runs, its collectives come first: queue behind them.
+  if (completions_.busy() && !Completions::on_lane()) return false;
   busy_ = true;
-  lock.unlock();
-  std::exception_ptr error = run(job);
-  lock.lock();
+  return true;
+}
+
+void Communicator::release_claim() {
+  std::unique_lock<std::mutex> lock(mu_);
   busy_ = false;
   last_run_ = std::chrono::steady_clock::now();
-  // Wake the worker only when it has something to do (or close() waits):
-  // a needless wake-up costs a context switch on every small collective.
-  const bool wake = !queue_.empty() || closing_;
+  // Wake the worker only when it has something to do (or close() or flush()
+  // waits): a needless wake-up costs a context switch on every small collective.
+  const bool wake = !queue_.empty() || closing_ || flushers_ > 0;
   lock.unlock();
   if (wake) cv_.notify_all();
-  if (error) std::rethrow_exception(error);
-  return true;
 }
 
 std::shared_ptr<WorkItem> Communicator::enqueue(Job job) {
   auto item = std::make_shared<WorkItem>(std::move(job));
+  item->from_lane = Completions::on_lane();
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closing_) throw core::CommError("pycomm: the communicator is closed");
@@ -94,14 +156,48 @@ std::shared_ptr<WorkItem> Communicator::enqueue(Job job) {
   return item;
 }
 
+void Communicator::wake_worker() {
+  { std::lock_guard<std::mutex> lock(mu_); }  // orders with the worker's check
+  cv_.notify_all();
+}
+
+std::shared_ptr<WorkItem> Communicator::next_item(std::unique_lock<std::mutex>& lock) {
+  for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+    if ((*it)->from_lane) {
+      auto item = std::move(*it);
+      queue_.erase(it);
+      return item;
+    }
+  }
+  if (queue_.empty()) return nullptr;
+  if (completions_.busy() && !closing_) {
+    // A callback may yet issue collectives that go before this one on every
+    // rank. Bounded: a callback that never returns delays the queue by one
+    // timeout, then order is left to the handshake (CollectiveMismatch).
+    const auto limit = std::chrono::duration<double>(config_.wait.timeout_s);
+    const auto give_up = std::chrono::steady_clock::now() + limit;
+    while (completions_.busy() && !closing_ && std::chrono::steady_clock::now() < give_up) {
+      cv_.wait_until(lock, give_up);
+      for (const auto& queued : queue_) {
+        if (queued->from_lane) return next_item(lock);
+      }
+    }
+  }
+  auto item = std::move(queue_.front());
+  queue_.pop_front();
+  return item;
+}
+
 void Communicator::flush() {
   std::unique_lock<std::mutex> lock(mu_);
+  ++flushers_;
   cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
+  --flushers_;
 }
 
 std::exception_ptr Communicator::run(const Job& job) {
   try {
-    job.body(context_);
+    job.body(*context_);
   } catch (...) {
     return std::current_exception();
   }
@@ -120,20 +216,26 @@ void Communicator::worker_loop() {
       if (!busy_ && std::chrono::steady_clock::now() - last_run_ >= kBackupIdle) backup_.release();
       continue;
     }
-    if (queue_.empty()) return;  // closing, nothing left
-    std::shared_ptr<WorkItem> item = std::move(queue_.front());
-    queue_.pop_front();
+    std::shared_ptr<WorkItem> item = next_item(lock);
+    if (!item) {
+      if (closing_) return;  // nothing left
+      continue;
+    }
     busy_ = true;
     const bool closing = closing_;
     lock.unlock();
-    item->finish(closing ? std::make_exception_ptr(
-                               core::CommError("pycomm: the communicator was closed"))
-                         : run(item->job));
-    // Drop our reference before taking mu_ again: if it is the last one, the
-    // tensors' destructors may take the GIL, and a Python thread may hold the
-    // GIL while it waits for mu_ in submit(). Lock order: GIL, then mu_ - never
-    // the GIL while holding mu_.
-    item.reset();
+    std::exception_ptr err = closing ? std::make_exception_ptr(core::CommError(
+                                           "pycomm: the communicator was closed"))
+                                     : run(item->job);
+    if (item->from_lane) {
+      // A callback on the lane waits for this one: complete it here.
+      item->finish(std::move(err));
+      item.reset();  // before retaking mu_ (see Completions::loop)
+    } else {
+      // The lane owns the item from here, so this thread holds no tensor that
+      // could take the GIL.
+      completions_.post(std::move(item), std::move(err));
+    }
     lock.lock();
     busy_ = false;
     last_run_ = std::chrono::steady_clock::now();
@@ -149,9 +251,12 @@ void Communicator::close() {
   }
   cv_.notify_all();
   if (worker_.joinable()) worker_.join();
-  // A synchronous collective may still run in another caller's thread.
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return !busy_; });
+  {
+    // A synchronous collective may still run in another caller's thread.
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return !busy_; });
+  }
+  completions_.stop();
 }
 
 }  // namespace pycomm

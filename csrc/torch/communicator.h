@@ -12,6 +12,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/ivalue.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -19,6 +20,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -41,19 +43,54 @@ struct Job {
 };
 
 // A job that went through the queue. `future` completes with its outputs (or
-// the error).
+// the error); completing it runs the callbacks chained on it (future.then).
 struct WorkItem {
   explicit WorkItem(Job j);
   Job job;
   c10::intrusive_ptr<c10::ivalue::Future> future;
-  std::exception_ptr error;  // the original typed exception, for wait()
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
+  // Issued by a callback on the completion lane: completed by the worker.
+  bool from_lane = false;
 
-  void finish(std::exception_ptr err);  // records the outcome, wakes waiters
-  void wait();                          // blocks until done; rethrows the typed exception
-  bool completed();
+  // Records the outcome (null: success), then completes the future.
+  void finish(std::exception_ptr err);
+  // Blocks until the future is completed (not until its callbacks ran);
+  // rethrows the original typed exception.
+  void wait();
+  bool completed() const { return future->completed(); }
+  std::exception_ptr error() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::exception_ptr error_;  // the typed exception, for wait(); set before the future completes
+};
+
+// Completes futures off the worker thread, one at a time, in call order: the
+// completion lane. A callback chained on a future (future.then) may issue
+// further collectives and wait for them, as PowerSGD's hook does. The worker
+// stays free to run those, and completes their futures itself, at once. And it
+// starts no other collective while a callback runs (see worker_loop), so the
+// collectives callbacks issue take the same place in the order on every rank.
+class Completions {
+ public:
+  explicit Completions(std::function<void()> on_idle) : on_idle_(std::move(on_idle)) {}
+  ~Completions();
+  void post(std::shared_ptr<WorkItem> item, std::exception_ptr err);
+  void stop();  // completes what was posted, then joins the thread
+  // Posted and not yet completed (callbacks included).
+  bool busy() const { return pending_.load(std::memory_order_acquire) > 0; }
+  // Whether the calling thread is the lane's (a callback runs on it).
+  static bool on_lane();
+
+ private:
+  void loop();
+
+  std::function<void()> on_idle_;  // called whenever the lane runs dry
+  std::atomic<int> pending_{0};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<std::shared_ptr<WorkItem>, std::exception_ptr>> queue_;
+  std::thread thread_;
+  bool stopping_ = false;
 };
 
 class Communicator {
@@ -65,15 +102,30 @@ class Communicator {
   // Second half of set-up, once every rank has attached (see pycomm/rendezvous.py).
   void start();
   void unlink_name();
+  // Marks the session broken for every rank (their waits fail at once), then
+  // closes this communicator.
+  void abort(const std::string& reason);
 
-  // Runs `job` in the caller's thread if nothing is queued or running, and
-  // returns true (or throws the job's error). False: the caller queues it.
-  // A synchronous call that finds the communicator idle thus skips the thread
-  // hop and allocates nothing.
-  bool run_if_idle(const Job& job);
+  // Runs body(context) in the caller's thread if nothing is queued or
+  // running, and returns true (or throws body's error). False: the caller
+  // queues it instead. A synchronous call that finds the communicator idle
+  // thus skips the thread hop and allocates nothing.
+  template <class Body>
+  bool run_if_idle(const Body& body) {
+    if (!claim_if_idle()) return false;
+    try {
+      body(*context_);
+    } catch (...) {
+      release_claim();
+      throw;
+    }
+    release_claim();
+    return true;
+  }
   // Queues `job` for the worker thread; its item completes its future.
   std::shared_ptr<WorkItem> enqueue(Job job);
-  // Blocks until every queued collective has finished.
+  // Blocks until every queued collective has finished (each is bounded by
+  // its deadline).
   void flush();
   void close();
 
@@ -84,20 +136,28 @@ class Communicator {
 
  private:
   std::exception_ptr run(const Job& job);  // the error, or null
+  // The next item the worker may run, or null: one a callback issued first;
+  // others only once no callback runs (or that wait timed out).
+  std::shared_ptr<WorkItem> next_item(std::unique_lock<std::mutex>& lock);
+  bool claim_if_idle();  // takes busy_ if nothing is queued or running
+  void release_claim();
+  void wake_worker();
   void worker_loop();
 
   core::CommConfig config_;
   std::unique_ptr<core::Session> session_;
   std::unique_ptr<core::ShmDataPath> path_;
   core::InputBackup backup_;  // used only by whoever holds busy_
-  core::Context context_;
+  std::optional<core::Context> context_;
 
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<WorkItem>> queue_;
   bool busy_ = false;     // a collective runs now, in the worker or a caller
   bool closing_ = false;
+  int flushers_ = 0;      // threads in flush(), woken whenever busy_ clears
   std::chrono::steady_clock::time_point last_run_;  // when the backup was last used
+  Completions completions_{[this] { wake_worker(); }};
   std::thread worker_;
 };
 

@@ -54,13 +54,12 @@ struct ReleaseGilAndDelete {
   }
 };
 
-// future_value: what the async future holds: "tensor" (a C++ tensor, for
-// callers in Python), or "python" (the tensor as a Python object, which DDP's
-// Python hook interface requires; made on the worker under the GIL, so the
-// hook needs no Python callback to convert it).
+// python_future: the async future holds the tensor as a Python object, which
+// DDP's Python hook interface requires (made on the worker under the GIL, so
+// the hook needs no Python callback to convert it); else a C++ tensor.
 py::object all_reduce(Communicator& comm, const at::Tensor& tensor, const std::string& op,
-                      bool async_op, const std::string& algorithm, py::object restore_on_failure,
-                      const std::string& future_value) {
+                      bool async_op, const std::string& algorithm,
+                      std::optional<bool> restore_on_failure, bool python_future) {
   core::AllReduceArgs a;
   TORCH_CHECK_VALUE(to_core_op(op, &a.op), "op: unknown reduction '", op,
                     "'; expected one of sum, avg, max, min, product");
@@ -70,32 +69,35 @@ py::object all_reduce(Communicator& comm, const at::Tensor& tensor, const std::s
   check_op_for_dtype(a.op, false, a.dtype);
   a.data = tensor.data_ptr();
   a.count = size_t(tensor.numel());
-  a.restore = restore_on_failure.is_none() ? comm.config().tuning.restore_on_failure
-                                           : restore_on_failure.cast<bool>();
+  a.restore = restore_on_failure.value_or(comm.config().tuning.restore_on_failure);
+  if (!async_op) {
+    bool ran;
+    {
+      py::gil_scoped_release no_gil;
+      ran = comm.run_if_idle([&a](const core::Context& ctx) { core::all_reduce(ctx, a); });
+    }
+    if (ran) return py::none();  // with the GIL held again
+  }
   Job job;
   job.outputs = {tensor};
-  if (future_value == "python") {
+  job.body = [a](const core::Context& ctx) { core::all_reduce(ctx, a); };
+  if (python_future) {
     job.value_type = c10::PyObjectType::get();
     job.value = [tensor] {
       py::gil_scoped_acquire gil;
       return torch::jit::toIValue(py::cast(tensor), c10::PyObjectType::get());
     };
   } else {
-    TORCH_CHECK_VALUE(future_value == "tensor", "future_value: expected 'tensor' or 'python'");
     job.value_type = c10::TensorType::get();
     job.value = [tensor] { return c10::IValue(tensor); };
   }
-  job.body = [a](const core::Context& ctx) { core::all_reduce(ctx, a); };
   std::shared_ptr<WorkItem> item;
   {
     py::gil_scoped_release no_gil;
-    if (!async_op && comm.run_if_idle(job)) return py::none();
     item = comm.enqueue(std::move(job));
-    if (!async_op) {
-      item->wait();
-      return py::none();
-    }
+    if (!async_op) item->wait();
   }
+  if (!async_op) return py::none();
   return py::cast(PyWork(std::move(item)));
 }
 
@@ -194,12 +196,12 @@ PYBIND11_MODULE(_C, m) {
       .def("unlink_name", &Communicator::unlink_name)
       .def("all_reduce", &all_reduce, py::arg("tensor"), py::arg("op"), py::arg("async_op"),
            py::arg("algorithm"), py::arg("restore_on_failure") = py::none(),
-           py::arg("future_value") = "tensor")
+           py::arg("python_future") = false)
       .def("barrier", [](Communicator& c) {
              Job job;
              job.body = [](const core::Context& ctx) { core::barrier(ctx); };
              py::gil_scoped_release no_gil;
-             if (!c.run_if_idle(job)) c.enqueue(std::move(job))->wait();
+             if (!c.run_if_idle(job.body)) c.enqueue(std::move(job))->wait();
            })
       .def("close", &Communicator::close, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("rank", &Communicator::rank)
