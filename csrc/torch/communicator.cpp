@@ -57,7 +57,6 @@ Completions::~Completions() { stop(); }
 bool Completions::on_lane() { return t_on_lane; }
 
 void Completions::post(std::shared_ptr<WorkItem> item, std::exception_ptr err) {
-  pending_.fetch_add(1, std::memory_order_acq_rel);
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.emplace_back(std::move(item), std::move(err));
@@ -79,7 +78,6 @@ void Completions::loop() {
     // Dropped before retaking mu_: the last reference to a tensor may take the
     // GIL in its destructor (lock order: GIL, then mu_).
     item.reset();
-    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) on_idle_();
     lock.lock();
   }
 }
@@ -127,8 +125,6 @@ bool Communicator::claim_if_idle() {
   std::lock_guard<std::mutex> lock(mu_);
   if (closing_) throw core::CommError("pycomm: the communicator is closed");
   if (!queue_.empty() || busy_) return false;
-  // While a callback runs, its collectives come first: queue behind them.
-  if (completions_.busy() && !Completions::on_lane()) return false;
   busy_ = true;
   return true;
 }
@@ -153,38 +149,6 @@ std::shared_ptr<WorkItem> Communicator::enqueue(Job job) {
     queue_.push_back(item);
   }
   cv_.notify_all();
-  return item;
-}
-
-void Communicator::wake_worker() {
-  { std::lock_guard<std::mutex> lock(mu_); }  // orders with the worker's check
-  cv_.notify_all();
-}
-
-std::shared_ptr<WorkItem> Communicator::next_item(std::unique_lock<std::mutex>& lock) {
-  for (auto it = queue_.begin(); it != queue_.end(); ++it) {
-    if ((*it)->from_lane) {
-      auto item = std::move(*it);
-      queue_.erase(it);
-      return item;
-    }
-  }
-  if (queue_.empty()) return nullptr;
-  if (completions_.busy() && !closing_) {
-    // A callback may yet issue collectives that go before this one on every
-    // rank. Bounded: a callback that never returns delays the queue by one
-    // timeout, then order is left to the handshake (CollectiveMismatch).
-    const auto limit = std::chrono::duration<double>(config_.wait.timeout_s);
-    const auto give_up = std::chrono::steady_clock::now() + limit;
-    while (completions_.busy() && !closing_ && std::chrono::steady_clock::now() < give_up) {
-      cv_.wait_until(lock, give_up);
-      for (const auto& queued : queue_) {
-        if (queued->from_lane) return next_item(lock);
-      }
-    }
-  }
-  auto item = std::move(queue_.front());
-  queue_.pop_front();
   return item;
 }
 
@@ -216,11 +180,9 @@ void Communicator::worker_loop() {
       if (!busy_ && std::chrono::steady_clock::now() - last_run_ >= kBackupIdle) backup_.release();
       continue;
     }
-    std::shared_ptr<WorkItem> item = next_item(lock);
-    if (!item) {
-      if (closing_) return;  // nothing left
-      continue;
-    }
+    if (queue_.empty()) return;  // closing, nothing left
+    std::shared_ptr<WorkItem> item = std::move(queue_.front());
+    queue_.pop_front();
     busy_ = true;
     const bool closing = closing_;
     lock.unlock();

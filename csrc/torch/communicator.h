@@ -12,7 +12,6 @@
 #include <ATen/ATen.h>
 #include <ATen/core/ivalue.h>
 
-#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -66,26 +65,20 @@ struct WorkItem {
 
 // Completes futures off the worker thread, one at a time, in call order: the
 // completion lane. A callback chained on a future (future.then) may issue
-// further collectives and wait for them, as PowerSGD's hook does. The worker
-// stays free to run those, and completes their futures itself, at once. And it
-// starts no other collective while a callback runs (see worker_loop), so the
-// collectives callbacks issue take the same place in the order on every rank.
+// further collectives and wait for them (PowerSGD's hook does): the worker
+// stays free to run those, and completes their futures itself, at once, rather
+// than queue them behind the callback that waits for them.
 class Completions {
  public:
-  explicit Completions(std::function<void()> on_idle) : on_idle_(std::move(on_idle)) {}
   ~Completions();
   void post(std::shared_ptr<WorkItem> item, std::exception_ptr err);
   void stop();  // completes what was posted, then joins the thread
-  // Posted and not yet completed (callbacks included).
-  bool busy() const { return pending_.load(std::memory_order_acquire) > 0; }
   // Whether the calling thread is the lane's (a callback runs on it).
   static bool on_lane();
 
  private:
   void loop();
 
-  std::function<void()> on_idle_;  // called whenever the lane runs dry
-  std::atomic<int> pending_{0};
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::pair<std::shared_ptr<WorkItem>, std::exception_ptr>> queue_;
@@ -136,12 +129,8 @@ class Communicator {
 
  private:
   std::exception_ptr run(const Job& job);  // the error, or null
-  // The next item the worker may run, or null: one a callback issued first;
-  // others only once no callback runs (or that wait timed out).
-  std::shared_ptr<WorkItem> next_item(std::unique_lock<std::mutex>& lock);
   bool claim_if_idle();  // takes busy_ if nothing is queued or running
   void release_claim();
-  void wake_worker();
   void worker_loop();
 
   core::CommConfig config_;
@@ -157,7 +146,7 @@ class Communicator {
   bool closing_ = false;
   int flushers_ = 0;      // threads in flush(), woken whenever busy_ clears
   std::chrono::steady_clock::time_point last_run_;  // when the backup was last used
-  Completions completions_{[this] { wake_worker(); }};
+  Completions completions_;
   std::thread worker_;
 };
 

@@ -72,15 +72,21 @@ void all_to_all(const Context& ctx, const AllToAllArgs& a) {
     const size_t recv_bytes = a.recv_counts[from] * esize;
     const size_t nsend = (send_bytes + link - 1) / link;
     const size_t nrecv = (recv_bytes + link - 1) / link;
-    for (size_t m = 0; m < std::max(nsend, nrecv); ++m) {
+    // Receive `lag` messages behind sending, so the link's buffers all fill:
+    // both ends copy at once instead of taking turns. lag < link_buffers keeps
+    // it deadlock-free: the ack a send waits for comes from a receive that its
+    // peer makes before its own next wait.
+    const size_t lag = ctx.path.link_buffers() - 1;
+    for (size_t m = 0; m < std::max(nsend, nrecv + lag); ++m) {
       if (m < nsend) {
         const size_t len = std::min(link, send_bytes - m * link);
         std::memcpy(ctx.path.send_buffer(to), src + m * link, len);
         ctx.path.send_commit(to);
       }
-      if (m < nrecv) {
-        const size_t len = std::min(link, recv_bytes - m * link);
-        std::memcpy(dst + m * link, ctx.path.recv_buffer(from), len);
+      if (m >= lag && m - lag < nrecv) {
+        const size_t r = m - lag;
+        const size_t len = std::min(link, recv_bytes - r * link);
+        std::memcpy(dst + r * link, ctx.path.recv_buffer(from), len);
         ctx.path.recv_commit(from);
       }
     }

@@ -43,6 +43,7 @@ class ShmDataPath {
   Session& session() const { return session_; }
   size_t slot_bytes() const { return slot_bytes_; }
   size_t link_bytes() const { return link_bytes_; }
+  size_t link_buffers() const { return link_buffers_; }
 
   // The slot this rank fills before its next handshake.
   void* next_slot() { return slot_at(session_.rank(), session_.entered() + 1); }
