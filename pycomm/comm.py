@@ -101,8 +101,13 @@ def _op_name(op) -> str:
     for reduce_op, name in _REDUCE_OPS.items():
         if op == reduce_op:
             return name
-    raise ValueError(f"op: unsupported reduction {op!r}; expected one of {', '.join(_OP_NAMES)} "
-                     f"or the matching torch.distributed.ReduceOp")
+    # A ReduceOp's repr is an object address: name it by its type instead.
+    kind = getattr(op, "op", op) if isinstance(op, dist.ReduceOp) else op
+    shown = getattr(kind, "name", None) or repr(op)
+    hint = ("; PREMUL_SUM runs through the backend (dist.all_reduce on a pycomm group)"
+            if shown == "PREMUL_SUM" else "")
+    raise ValueError(f"op: unsupported reduction {shown}; expected one of {', '.join(_OP_NAMES)} "
+                     f"or the matching torch.distributed.ReduceOp{hint}")
 
 
 def _algorithm_name(algorithm) -> str:

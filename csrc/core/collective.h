@@ -47,6 +47,23 @@ struct Fingerprint {
   bool operator!=(const Fingerprint& o) const { return !(*this == o); }
 };
 
+// A collective's fingerprint. `op` where it reduces (avg records its divisor:
+// ranks that divide by different counts are in different collectives), `root`
+// for broadcast and reduce.
+inline Fingerprint fingerprint_of(CollectiveKind kind, uint64_t count, DType dtype,
+                                  Algorithm algorithm, const ReduceOp* op = nullptr,
+                                  int divisor = 0, int root = -1) {
+  Fingerprint fp;
+  fp.kind = uint32_t(kind);
+  fp.count = count;
+  fp.dtype = uint32_t(dtype);
+  fp.algorithm = uint32_t(algorithm);
+  fp.op = op ? uint32_t(*op) : 0;
+  fp.divisor = op && *op == ReduceOp::kAvg ? uint32_t(divisor) : 0;
+  fp.root = root;
+  return fp;
+}
+
 inline const char* kind_name(uint32_t k) {
   switch (CollectiveKind(k)) {
     case CollectiveKind::kAllReduce: return "all_reduce";

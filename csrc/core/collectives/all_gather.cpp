@@ -15,15 +15,8 @@ void all_gather(const Context& ctx, const AllGatherArgs& a) {
   ctx.session.begin("all_gather");
   const int world = ctx.session.world();
   const size_t esize = dtype_size(a.dtype);
-  const Algorithm algo = resolve_algorithm(a.algorithm, a.count * esize, world, ctx.tuning);
-  if (algo != Algorithm::kDirect && algo != Algorithm::kRing) {
-    throw InvalidArgument("algorithm: all_gather runs auto, direct or ring");
-  }
-  Fingerprint fp;
-  fp.kind = uint32_t(CollectiveKind::kAllGather);
-  fp.count = a.count;
-  fp.dtype = uint32_t(a.dtype);
-  fp.algorithm = uint32_t(algo);
+  const Algorithm algo = resolve_algorithm("all_gather", a.algorithm, a.count * esize, world, ctx.tuning);
+  const Fingerprint fp = fingerprint_of(CollectiveKind::kAllGather, a.count, a.dtype, algo);
   const char* in = static_cast<const char*>(a.input);
   char* out = static_cast<char*>(a.output);
   if (algo == Algorithm::kRing && world > 1 && a.count > 0) {

@@ -2,6 +2,7 @@
 // ring (both halves in one pass) for large ones.
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "../errors.h"
 #include "../kernels/reduce_kernels.h"
@@ -33,27 +34,23 @@ void direct(const Context& ctx, const AllReduceArgs& a, const Fingerprint& fp, i
 
 }  // namespace
 
-Algorithm resolve_algorithm(Algorithm requested, size_t bytes_per_rank, int world,
+Algorithm resolve_algorithm(const char* what, Algorithm requested, size_t bytes_per_rank, int world,
                             const CollectiveTuning& tuning) {
+  if (requested != Algorithm::kAuto && requested != Algorithm::kDirect && requested != Algorithm::kRing) {
+    throw InvalidArgument(std::string("algorithm: ") + what + " runs auto, direct or ring");
+  }
   if (requested != Algorithm::kAuto) return requested;
   return world > 1 && bytes_per_rank > tuning.direct_max_bytes ? Algorithm::kRing : Algorithm::kDirect;
 }
 
 void all_reduce(const Context& ctx, const AllReduceArgs& a) {
   ctx.session.begin("all_reduce");
-  if (a.algorithm != Algorithm::kAuto && a.algorithm != Algorithm::kDirect && a.algorithm != Algorithm::kRing) {
-    throw InvalidArgument("algorithm: all_reduce runs auto, direct or ring");
-  }
   const int world = ctx.session.world();
   const int divisor = a.divisor > 0 ? a.divisor : world;
-  const Algorithm algo = resolve_algorithm(a.algorithm, a.count * dtype_size(a.dtype), world, ctx.tuning);
-  Fingerprint fp;
-  fp.kind = uint32_t(CollectiveKind::kAllReduce);
-  fp.count = a.count;
-  fp.dtype = uint32_t(a.dtype);
-  fp.op = uint32_t(a.op);
-  fp.algorithm = uint32_t(algo);
-  fp.divisor = a.op == ReduceOp::kAvg ? uint32_t(divisor) : 0;
+  const Algorithm algo =
+      resolve_algorithm("all_reduce", a.algorithm, a.count * dtype_size(a.dtype), world, ctx.tuning);
+  const Fingerprint fp =
+      fingerprint_of(CollectiveKind::kAllReduce, a.count, a.dtype, algo, &a.op, divisor);
   ctx.backup.begin(a.data, a.count * dtype_size(a.dtype), a.restore);
   try {
     if (algo == Algorithm::kRing && world > 1 && a.count > 0) {

@@ -48,10 +48,9 @@ void all_to_all(const Context& ctx, const AllToAllArgs& a) {
   if (ctx.path.slot_bytes() < 2 * size_t(world) * sizeof(uint64_t)) {
     throw InvalidArgument("all_to_all: the slots are too small for this world size");
   }
-  Fingerprint fp;
-  fp.kind = uint32_t(CollectiveKind::kAllToAll);
-  fp.dtype = uint32_t(a.dtype);
-  fp.algorithm = uint32_t(Algorithm::kPairwise);
+  // The sizes are checked after the handshake (check_sizes), not fingerprinted:
+  // each rank knows only its own row and column of the matrix.
+  const Fingerprint fp = fingerprint_of(CollectiveKind::kAllToAll, 0, a.dtype, Algorithm::kPairwise);
   uint64_t* post = static_cast<uint64_t*>(ctx.path.next_slot());
   for (int p = 0; p < world; ++p) {
     post[p] = a.send_counts[p];

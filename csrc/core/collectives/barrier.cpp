@@ -6,9 +6,7 @@ namespace pycomm::core {
 // entered another collective.
 void barrier(const Context& ctx) {
   ctx.session.begin("barrier");
-  Fingerprint fp;
-  fp.kind = uint32_t(CollectiveKind::kBarrier);
-  ctx.session.handshake(fp);
+  ctx.session.handshake(fingerprint_of(CollectiveKind::kBarrier, 0, DType::kFloat32, Algorithm::kDirect));
 }
 
 }  // namespace pycomm::core

@@ -14,12 +14,8 @@ void broadcast(const Context& ctx, const BroadcastArgs& a) {
   const int world = ctx.session.world();
   if (a.root < 0 || a.root >= world) throw InvalidArgument("root: out of range for this group");
   const bool is_root = ctx.session.rank() == a.root;
-  Fingerprint fp;
-  fp.kind = uint32_t(CollectiveKind::kBroadcast);
-  fp.count = a.count;
-  fp.dtype = uint32_t(a.dtype);
-  fp.root = a.root;
-  fp.algorithm = uint32_t(Algorithm::kDirect);
+  const Fingerprint fp = fingerprint_of(CollectiveKind::kBroadcast, a.count, a.dtype,
+                                        Algorithm::kDirect, nullptr, 0, a.root);
   const size_t esize = dtype_size(a.dtype);
   const size_t piece = ctx.path.slot_bytes() / esize;
   char* data = static_cast<char*>(a.data);

@@ -105,8 +105,9 @@ void all_to_all(const Context& ctx, const AllToAllArgs& args);
 
 void barrier(const Context& ctx);
 
-// algorithm="auto" resolved the same way on every rank.
-Algorithm resolve_algorithm(Algorithm requested, size_t bytes_per_rank, int world,
+// algorithm="auto" resolved the same way on every rank; InvalidArgument for an
+// algorithm collective `what` does not run.
+Algorithm resolve_algorithm(const char* what, Algorithm requested, size_t bytes_per_rank, int world,
                             const CollectiveTuning& tuning);
 
 }  // namespace pycomm::core

@@ -16,14 +16,8 @@ void reduce(const Context& ctx, const ReduceArgs& a) {
   if (a.root < 0 || a.root >= world) throw InvalidArgument("root: out of range for this group");
   const bool is_root = ctx.session.rank() == a.root;
   const int divisor = a.divisor > 0 ? a.divisor : world;
-  Fingerprint fp;
-  fp.kind = uint32_t(CollectiveKind::kReduce);
-  fp.count = a.count;
-  fp.dtype = uint32_t(a.dtype);
-  fp.op = uint32_t(a.op);
-  fp.root = a.root;
-  fp.divisor = a.op == ReduceOp::kAvg ? uint32_t(divisor) : 0;
-  fp.algorithm = uint32_t(Algorithm::kDirect);
+  const Fingerprint fp = fingerprint_of(CollectiveKind::kReduce, a.count, a.dtype,
+                                        Algorithm::kDirect, &a.op, divisor, a.root);
   const size_t esize = dtype_size(a.dtype);
   const size_t piece = ctx.path.slot_bytes() / esize;
   char* data = static_cast<char*>(a.data);

@@ -20,17 +20,10 @@ void reduce_scatter(const Context& ctx, const ReduceScatterArgs& a) {
   const int rank = ctx.session.rank();
   const int divisor = a.divisor > 0 ? a.divisor : world;
   const size_t esize = dtype_size(a.dtype);
-  const Algorithm algo = resolve_algorithm(a.algorithm, a.count * size_t(world) * esize, world, ctx.tuning);
-  if (algo != Algorithm::kDirect && algo != Algorithm::kRing) {
-    throw InvalidArgument("algorithm: reduce_scatter runs auto, direct or ring");
-  }
-  Fingerprint fp;
-  fp.kind = uint32_t(CollectiveKind::kReduceScatter);
-  fp.count = a.count;
-  fp.dtype = uint32_t(a.dtype);
-  fp.op = uint32_t(a.op);
-  fp.divisor = a.op == ReduceOp::kAvg ? uint32_t(divisor) : 0;
-  fp.algorithm = uint32_t(algo);
+  const Algorithm algo =
+      resolve_algorithm("reduce_scatter", a.algorithm, a.count * size_t(world) * esize, world, ctx.tuning);
+  const Fingerprint fp =
+      fingerprint_of(CollectiveKind::kReduceScatter, a.count, a.dtype, algo, &a.op, divisor);
   const char* in = static_cast<const char*>(a.input);
   char* out = static_cast<char*>(a.output);
   if (algo == Algorithm::kRing && world > 1 && a.count > 0) {

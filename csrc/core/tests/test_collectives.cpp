@@ -499,13 +499,7 @@ TEST(ring_failure_midway_restores_the_input) {
       Session& s1 = *w.ranks[1]->session;
       ShmDataPath& p1 = *w.ranks[1]->path;
       s1.begin("all_reduce");
-      Fingerprint fp;
-      fp.kind = uint32_t(CollectiveKind::kAllReduce);
-      fp.count = a.count;
-      fp.dtype = uint32_t(a.dtype);
-      fp.op = uint32_t(a.op);
-      fp.algorithm = uint32_t(Algorithm::kRing);
-      s1.handshake(fp);
+      s1.handshake(fingerprint_of(CollectiveKind::kAllReduce, a.count, a.dtype, Algorithm::kRing, &a.op));
       for (int m = 0; m < 2; ++m) {
         std::memset(p1.send_buffer(0), 0, p1.link_bytes());
         p1.send_commit(0);
