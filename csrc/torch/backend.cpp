@@ -349,15 +349,15 @@ c10::intrusive_ptr<c10d::Work> Backend::alltoall_base(at::Tensor& output, at::Te
       for (auto& x : c) x = size_t(t.numel() / world);
       return c;
     }
-    TORCH_CHECK_VALUE(int64_t(splits.size()) == world, arg, " split sizes: expected ", world,
-                      " sizes, got ", splits.size());
+    TORCH_CHECK_VALUE(int64_t(splits.size()) == world, arg, "_split_sizes: expected ", world,
+                      " sizes (the world size), got ", splits.size());
     int64_t rows = 0;
     for (int r = 0; r < world; ++r) {
-      TORCH_CHECK_VALUE(splits[size_t(r)] >= 0, arg, " split sizes: negative size");
+      TORCH_CHECK_VALUE(splits[size_t(r)] >= 0, arg, "_split_sizes: negative size ", splits[size_t(r)]);
       rows += splits[size_t(r)];
       c[size_t(r)] = size_t(splits[size_t(r)] * row_elems(t));
     }
-    TORCH_CHECK_VALUE(t.dim() > 0 && rows == t.size(0), arg, " split sizes: they add up to ", rows,
+    TORCH_CHECK_VALUE(t.dim() > 0 && rows == t.size(0), arg, "_split_sizes: they add up to ", rows,
                       " rows, the tensor has ", t.dim() > 0 ? t.size(0) : 0);
     return c;
   };
