@@ -105,8 +105,8 @@ def environment() -> Dict[str, Any]:
                         lambda: torch.cuda.can_device_access_peer(i, j), default=False))
         if count > 1 and not all(peer.values()):
             missing = ", ".join(k for k, v in peer.items() if not v)
-            warnings.append(f"no CUDA peer access for {missing}: pycomm's CUDA IPC ring and "
-                            "NCCL's P2P go through host memory there")
+            warnings.append(f"no CUDA peer access for {missing}: NCCL's P2P goes through "
+                            "host memory there")
     info["gpus"] = gpus
     info["peer_access"] = peer
 
@@ -167,7 +167,10 @@ def format_environment(info: Dict[str, Any]) -> str:
     else:
         lines.append("GPUs         none visible")
     built = info["pycomm_cuda_built"]
-    built = {True: "kernels built", False: "kernels not built (CPU-only build)"}.get(built, built)
+    # The kernels compiled are the bucketing and reduction ones; no CUDA transport
+    # exists yet, so pycomm's collectives take CPU tensors whatever this says.
+    built = {True: "kernels compiled (bucketing ops only; collectives take CPU tensors)",
+             False: "kernels not built (CPU-only build)"}.get(built, built)
     lines.append(f"pycomm CUDA  {built}")
     for k, v in info["env"].items():
         lines.append(f"env          {k}={v}")

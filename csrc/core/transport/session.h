@@ -11,9 +11,9 @@
 //   publish()       a store that wakes the sleepers of that word, if any.
 //
 // A session lives in host shared memory and knows nothing of how bytes move:
-// data paths (shm_data_path.h; the CUDA IPC path) take a region of its segment
-// or memory of their own, and use wait_at_least/publish for their flags. It
-// serves CPU and GPU ranks of one host alike.
+// a data path (shm_data_path.h, the only one so far) takes a region of its
+// segment, and uses wait_at_least/publish for its flags. Nothing in it is
+// specific to CPU ranks, so a GPU data path can use it as it is.
 #pragma once
 
 #include <sys/types.h>
