@@ -12,17 +12,8 @@ import torch
 import torch.distributed as dist
 
 import pycomm
+from dtypes_under_test import DTYPES
 
-DTYPES = {
-    "float32": torch.float32,
-    "float64": torch.float64,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "int8": torch.int8,
-    "uint8": torch.uint8,
-    "int32": torch.int32,
-    "int64": torch.int64,
-}
 OPS = ["sum", "avg", "max", "min", "product"]
 DIST_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN,
             "product": dist.ReduceOp.PRODUCT}

@@ -26,18 +26,9 @@ import torch
 import torch.distributed as dist
 
 from process_world import reference_group, validating_on_gloo
+from dtypes_under_test import DTYPES
 
 WORLD_SIZES = [1, 2, 3, 4]
-DTYPES = {
-    "float32": torch.float32,
-    "float64": torch.float64,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "int8": torch.int8,
-    "uint8": torch.uint8,
-    "int32": torch.int32,
-    "int64": torch.int64,
-}
 OPS = ["sum", "avg", "min", "max", "product", "premul_sum"]
 COUNTS = [0, 1, 7, 1023, 65537]
 BIG = 16 * 1024 * 1024
@@ -666,6 +657,18 @@ def forwarded_case():
                 out = garbage_like(parts[rank])
                 dist.scatter(out, [p.clone() for p in parts] if rank == root else None, src=root)
                 c.equal(f"scatter root={root} {name} n={count}", out, parts[rank], bitwise=True)
+    # The bitwise ops are gloo's: forwarded, on integer tensors.
+    bitwise = {dist.ReduceOp.BAND: lambda a, b: a & b, dist.ReduceOp.BOR: lambda a, b: a | b,
+               dist.ReduceOp.BXOR: lambda a, b: a ^ b}
+    for op, fold in bitwise.items():
+        key = ("bitwise", str(op))
+        parts = [data_input(key, r, (33,), torch.int32) for r in range(world)]
+        want = parts[0]
+        for p in parts[1:]:
+            want = fold(want, p)
+        t = parts[rank].clone()
+        dist.all_reduce(t, op=op)
+        c.equal(f"all_reduce {op}", t, want, bitwise=True)
     return c.out()
 
 

@@ -36,7 +36,8 @@ struct Reduction {
   double factor = 1.0;
 };
 
-// False for the ops pycomm does not run (the bitwise ones): those are forwarded.
+// The core's op, with PREMUL_SUM's factor. False for the ops pycomm does not
+// run (the bitwise ones): the caller forwards those to the fallback.
 bool reduction_of(const c10d::ReduceOp& op, Reduction* r) {
   if (!to_core_op(op, &r->op, &r->premul)) return false;
   if (r->premul) {
@@ -45,11 +46,6 @@ bool reduction_of(const c10d::ReduceOp& op, Reduction* r) {
     r->factor = s->tensor_factor.defined() ? s->tensor_factor.item<double>() : s->double_factor;
   }
   return true;
-}
-
-bool forwarded_op(const c10d::ReduceOp& op) {
-  Reduction r;
-  return !to_core_op(op, &r.op, &r.premul);
 }
 
 // Elements per row of dim 0, for split sizes given in rows.
@@ -99,7 +95,6 @@ c10d::Backend& Backend::fallback() {
 
 c10::intrusive_ptr<c10d::Work> Backend::allreduce(std::vector<at::Tensor>& tensors,
                                                   const c10d::AllreduceOptions& opts) {
-  if (forwarded_op(opts.reduceOp)) return fallback().allreduce(tensors, opts);
   c10d::AllreduceCoalescedOptions o;
   o.reduceOp = opts.reduceOp;
   o.timeout = opts.timeout;
@@ -110,9 +105,8 @@ c10::intrusive_ptr<c10d::Work> Backend::allreduce(std::vector<at::Tensor>& tenso
 
 c10::intrusive_ptr<c10d::Work> Backend::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
-  if (forwarded_op(opts.reduceOp)) return fallback().allreduce_coalesced(tensors, opts);
   Reduction red;
-  reduction_of(opts.reduceOp, &red);
+  if (!reduction_of(opts.reduceOp, &red)) return fallback().allreduce_coalesced(tensors, opts);
   std::vector<core::AllReduceArgs> args;
   for (const auto& t : tensors) {
     core::AllReduceArgs a;
@@ -155,10 +149,9 @@ c10::intrusive_ptr<c10d::Work> Backend::broadcast(std::vector<at::Tensor>& tenso
 
 c10::intrusive_ptr<c10d::Work> Backend::reduce(std::vector<at::Tensor>& tensors,
                                                const c10d::ReduceOptions& opts) {
-  if (forwarded_op(opts.reduceOp)) return fallback().reduce(tensors, opts);
-  const at::Tensor& t = single_tensor(tensors, "tensor");
   Reduction red;
-  reduction_of(opts.reduceOp, &red);
+  if (!reduction_of(opts.reduceOp, &red)) return fallback().reduce(tensors, opts);
+  const at::Tensor& t = single_tensor(tensors, "tensor");
   core::ReduceArgs a;
   a.dtype = check_tensor(t, "tensor");
   check_op_for_dtype(red.op, red.premul, a.dtype);
@@ -268,13 +261,12 @@ c10::intrusive_ptr<c10d::Work> Backend::_reduce_scatter_base(at::Tensor& output,
 c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::ReduceScatterOptions& opts) {
-  if (forwarded_op(opts.reduceOp)) {
+  Reduction red;
+  if (!reduction_of(opts.reduceOp, &red)) {
     return fallback().reduce_scatter_tensor_coalesced(outputs, inputs, opts);
   }
   TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "output: ", outputs.size(), " outputs for ",
                     inputs.size(), " inputs");
-  Reduction red;
-  reduction_of(opts.reduceOp, &red);
   std::vector<core::ReduceScatterArgs> args;
   for (size_t i = 0; i < inputs.size(); ++i) {
     core::ReduceScatterArgs a;
@@ -306,15 +298,14 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter_tensor_coalesced(
 c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter(std::vector<at::Tensor>& outputs,
                                                        std::vector<std::vector<at::Tensor>>& inputs,
                                                        const c10d::ReduceScatterOptions& opts) {
-  if (forwarded_op(opts.reduceOp)) return fallback().reduce_scatter(outputs, inputs, opts);
+  Reduction red;
+  if (!reduction_of(opts.reduceOp, &red)) return fallback().reduce_scatter(outputs, inputs, opts);
   const at::Tensor& out = single_tensor(outputs, "output");
   TORCH_CHECK_VALUE(inputs.size() == 1, "input_list: expected one list (one device per rank)");
   TORCH_CHECK_VALUE(int64_t(inputs[0].size()) == getSize(), "input_list: expected ", getSize(),
                     " tensors (the world size), got ", inputs[0].size());
   const core::DType dtype = check_tensor(out, "output");
   for (const auto& t : inputs[0]) check_like(t, "input_list[i]", dtype, out.numel(), "output");
-  Reduction red;
-  reduction_of(opts.reduceOp, &red);
   check_op_for_dtype(red.op, red.premul, dtype);
   core::ReduceScatterArgs a;
   a.dtype = dtype;
