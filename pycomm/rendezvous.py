@@ -109,8 +109,9 @@ class _Rendezvous:
             self.fail(f"rank {dead} exited while rank {self.rank} was waiting for {waiting_for}",
                       _C.CommTimeout)
 
-    def _watch_published_pids(self, ranks):
-        for r in ranks:
+    def _watch_published_pids(self):
+        """Watches the pid of every rank on this host that has published one."""
+        for r in range(self.world):
             if r in self.hosts:
                 continue
             k = self.key(f"pid/{r}")
@@ -124,7 +125,7 @@ class _Rendezvous:
         """Polls ready() until true; fails at the deadline naming missing()."""
         delay = _POLL_MIN_S
         while not ready():
-            self._watch_published_pids(range(self.world))
+            self._watch_published_pids()
             self._check_peers(waiting_for)
             if time.monotonic() > self.deadline:
                 ranks = ", ".join(str(r) for r in missing()) or "none (but the set-up did not complete)"
@@ -145,7 +146,7 @@ class _Rendezvous:
     def gather_pids(self):
         keys = [self.key(f"pid/{r}") for r in range(self.world)]
         self.wait_until(lambda: self.store.check(keys), "every rank to start set-up", self.unpublished)
-        self._watch_published_pids(range(self.world))
+        self._watch_published_pids()
         others = {r: h for r, h in self.hosts.items() if h != self.hosts[self.rank]}
         if others:
             r = min(others)

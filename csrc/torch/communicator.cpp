@@ -5,8 +5,9 @@
 namespace pycomm {
 namespace {
 
-// The backup buffer of restore_on_failure is freed after this long unused, so
-// one large all-reduce does not pin its size for the life of the process.
+// The backup buffer of restore_on_failure is freed after one to two of these
+// with no collective, so one large all-reduce does not pin its size for the
+// life of the process.
 constexpr auto kBackupIdle = std::chrono::seconds(1);
 
 c10::TypePtr result_type(const Job& job) {
@@ -132,7 +133,7 @@ bool Communicator::claim_if_idle() {
 void Communicator::release_claim() {
   std::unique_lock<std::mutex> lock(mu_);
   busy_ = false;
-  last_run_ = std::chrono::steady_clock::now();
+  ran_since_idle_check_ = true;
   // Wake the worker only when it has something to do (or close() or flush()
   // waits): a needless wake-up costs a context switch on every small collective.
   const bool wake = !queue_.empty() || closing_ || flushers_ > 0;
@@ -175,9 +176,10 @@ void Communicator::worker_loop() {
       return (!queue_.empty() && !busy_) || (closing_ && !busy_);
     });
     if (!woken) {
-      // Idle for a while: give the backup's memory back. busy_ is false here,
-      // so no collective uses it.
-      if (!busy_ && std::chrono::steady_clock::now() - last_run_ >= kBackupIdle) backup_.release();
+      // No collective for a whole period: give the backup's memory back.
+      // busy_ is false here, so no collective uses it.
+      if (!busy_ && !ran_since_idle_check_) backup_.release();
+      ran_since_idle_check_ = false;
       continue;
     }
     if (queue_.empty()) return;  // closing, nothing left
@@ -200,7 +202,7 @@ void Communicator::worker_loop() {
     }
     lock.lock();
     busy_ = false;
-    last_run_ = std::chrono::steady_clock::now();
+    ran_since_idle_check_ = true;
     cv_.notify_all();
   }
 }

@@ -145,7 +145,9 @@ class Communicator {
   bool busy_ = false;     // a collective runs now, in the worker or a caller
   bool closing_ = false;
   int flushers_ = 0;      // threads in flush(), woken whenever busy_ clears
-  std::chrono::steady_clock::time_point last_run_;  // when the backup was last used
+  // A collective ran since the worker last woke idle: the backup stays. A flag,
+  // not a time, so the hot path reads no clock for it.
+  bool ran_since_idle_check_ = false;
   Completions completions_;
   std::thread worker_;
 };

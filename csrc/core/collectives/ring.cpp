@@ -45,7 +45,7 @@ void run_ring(const Context& ctx, const RingJob& job) {
       const size_t n = rg.size();
       const size_t at = rg.begin * esize;
       // Offset inside the chunk, for the owned_* pointers that hold one chunk.
-      const size_t in_chunk = (rg.begin - chunk_range(job.count, world, step.chunk).begin) * esize;
+      auto in_chunk = [&] { return (rg.begin - chunk_range(job.count, world, step.chunk).begin) * esize; };
       switch (step.action) {
         case RingAction::kSendLocal: {
           // In place, every slice is first touched here or in kReduceSend /
@@ -74,13 +74,13 @@ void run_ring(const Context& ctx, const RingJob& job) {
         }
         case RingAction::kFinishLast: {
           const void* in = p.recv_buffer(prev);
-          ring_last(job.dtype, job.op, in, job.input + at, job.owned_output + in_chunk, nullptr, n,
+          ring_last(job.dtype, job.op, in, job.input + at, job.owned_output + in_chunk(), nullptr, n,
                     job.divisor);
           p.recv_commit(prev);
           break;
         }
         case RingAction::kSendOwned: {
-          const char* own = job.owned_input + in_chunk;
+          const char* own = job.owned_input + in_chunk();
           if (job.output + at != own) std::memcpy(job.output + at, own, n * esize);
           std::memcpy(p.send_buffer(next), own, n * esize);
           p.send_commit(next);
