@@ -42,4 +42,7 @@ def _create(options, _backend_options=None):
 
 def register():
     if NAME not in dist.Backend.backend_list:
-        dist.Backend.register_backend(NAME, _create, extended_api=True, devices=["cpu"])
+        # With the CUDA sources built, "pycomm" alone (or "cpu:pycomm,cuda:pycomm")
+        # serves CUDA tensors too: pycomm's own all-reduce, the rest through gloo.
+        devices = ["cpu", "cuda"] if _C.cuda_built() else ["cpu"]
+        dist.Backend.register_backend(NAME, _create, extended_api=True, devices=devices)

@@ -19,7 +19,7 @@ from .rendezvous import create_communicator
 __all__ = ["Communicator", "init", "all_reduce", "barrier", "destroy", "get_communicator"]
 
 _OP_NAMES = ("sum", "avg", "max", "min", "product")
-_ALGORITHMS = ("auto", "ring", "direct")
+_ALGORITHMS = ("auto", "ring", "direct", "two_shot")  # two_shot: CUDA tensors only
 _REDUCE_OPS = {
     dist.ReduceOp.SUM: "sum",
     dist.ReduceOp.AVG: "avg",
@@ -156,11 +156,17 @@ def all_reduce(tensor: torch.Tensor, op: Union[str, "dist.ReduceOp"] = "sum", gr
                restore_on_failure: Optional[bool] = None):
     """Reduces `tensor` in place across the ranks of `group`.
 
+    tensor: a CPU tensor (host shared memory), or a CUDA tensor (device
+        buffers mapped between the ranks' processes with CUDA IPC; ranks of one
+        host; this path is built but has not yet been run on a GPU by pycomm's
+        checks, see README).
     op: "sum" | "avg" | "max" | "min" | "product", or a torch.distributed.ReduceOp.
-    algorithm: "auto" (by size), "ring" or "direct".
+    algorithm: "auto" (by size), "ring" or "direct" (one shot); for CUDA
+        tensors also "two_shot".
     restore_on_failure: if the collective fails part way (a peer died or timed
         out), put the tensor back as it was. None: on (PYCOMM_RESTORE_ON_FAILURE
-        sets the default); off saves one copy of the tensor per call.
+        sets the default); off saves one copy of the tensor per call. CPU
+        tensors only.
     Returns None, or with async_op=True a work object with .wait() and
     .get_future().
     """

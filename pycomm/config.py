@@ -16,6 +16,7 @@ _ENV = {
     "PYCOMM_RING_BUFFERS": ("link_buffers", 1),
     "PYCOMM_DIRECT_MAX_KB": ("direct_max_bytes", 1024),
     "PYCOMM_RESTORE_ON_FAILURE": ("restore_on_failure", 1),
+    "PYCOMM_CUDA_BUFFER_MB": ("cuda_buffer_bytes", 1 << 20),
 }
 
 

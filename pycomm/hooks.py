@@ -89,10 +89,11 @@ def ring_hook(state, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tens
         # use a restored bucket: no restore copy.
         return comm._impl.all_reduce(buffer, "avg", async_op=True, algorithm=st.algorithm,
                                      restore_on_failure=False, python_future=True).get_future()
-    key = (bucket.index(), buffer.numel())
+    key = (bucket.index(), buffer.numel(), buffer.device)
     compressed = st._wire_buffers.get(key)
     if compressed is None:
-        compressed = st._wire_buffers[key] = torch.empty(buffer.numel(), dtype=wire)
+        compressed = st._wire_buffers[key] = torch.empty(buffer.numel(), dtype=wire,
+                                                         device=buffer.device)
     flatten([buffer], scale=1.0 / comm.world_size, out=compressed)
     fut = comm.all_reduce(compressed, op="sum", async_op=True, algorithm=st.algorithm,
                           restore_on_failure=False).get_future()

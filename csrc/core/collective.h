@@ -20,6 +20,10 @@ enum class CollectiveKind : uint32_t {
   kAllGather = 5,
   kReduceScatter = 6,
   kAllToAll = 7,
+  // The CUDA path's: a CPU and a CUDA all-reduce of the same shape are
+  // different collectives (they meet in different buffers).
+  kCudaAllReduce = 8,
+  kCudaSetup = 9,  // the peers exchange and map their device memory
 };
 
 enum class Algorithm : uint32_t {
@@ -27,6 +31,9 @@ enum class Algorithm : uint32_t {
   kDirect = 1,  // one shot through per-rank slots that every peer reads after a handshake
   kRing = 2,    // pipelined ring over the links to rank+1 (reduce-scatter and/or all-gather)
   kPairwise = 3,  // all-to-all: one link per peer pair, w-1 steps
+  // CUDA only (kDirect is its one-shot): a reduce-scatter in which each rank
+  // reduces its chunk from every peer's buffer, then an all-gather of the chunks.
+  kTwoShot = 4,
 };
 
 // What a rank declares when it enters a collective. Plain data: it is written
@@ -73,6 +80,8 @@ inline const char* kind_name(uint32_t k) {
     case CollectiveKind::kAllGather: return "all_gather";
     case CollectiveKind::kReduceScatter: return "reduce_scatter";
     case CollectiveKind::kAllToAll: return "all_to_all";
+    case CollectiveKind::kCudaAllReduce: return "all_reduce (cuda)";
+    case CollectiveKind::kCudaSetup: return "cuda set-up";
   }
   return "unknown";
 }
@@ -83,6 +92,7 @@ inline const char* algorithm_name(uint32_t a) {
     case Algorithm::kDirect: return "direct";
     case Algorithm::kRing: return "ring";
     case Algorithm::kPairwise: return "pairwise";
+    case Algorithm::kTwoShot: return "two_shot";
   }
   return "unknown";
 }

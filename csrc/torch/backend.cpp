@@ -2,10 +2,18 @@
 
 #include <c10/util/Exception.h>
 
+#include "cuda_path.h"
 #include "dtype_map.h"
 #include "tensor_checks.h"
 
 namespace pycomm {
+
+struct Reduction {
+  core::ReduceOp op = core::ReduceOp::kSum;
+  bool premul = false;
+  double factor = 1.0;
+};
+
 namespace {
 
 // c10d's view of one queued job: wait() rethrows pycomm's typed error
@@ -30,11 +38,6 @@ class Work : public c10d::Work {
   std::shared_ptr<WorkItem> item_;
 };
 
-struct Reduction {
-  core::ReduceOp op = core::ReduceOp::kSum;
-  bool premul = false;
-  double factor = 1.0;
-};
 
 // The core's op, with PREMUL_SUM's factor. False for the ops pycomm does not
 // run (the bitwise ones): the caller forwards those to the fallback.
@@ -58,6 +61,21 @@ at::Tensor flat_of(const std::vector<at::Tensor>& ts) {
   flat.reserve(ts.size());
   for (const auto& t : ts) flat.push_back(t.reshape({-1}));
   return at::cat(flat);
+}
+
+// pycomm runs the all-reduce of CUDA tensors itself (cuda_path.h); their other
+// collectives go to the fallback (gloo stages CUDA tensors through the host).
+bool any_cuda(const std::vector<at::Tensor>& ts) {
+  for (const auto& t : ts) {
+    if (t.defined() && t.is_cuda()) return true;
+  }
+  return false;
+}
+bool any_cuda(const std::vector<std::vector<at::Tensor>>& lists) {
+  for (const auto& l : lists) {
+    if (any_cuda(l)) return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -107,6 +125,7 @@ c10::intrusive_ptr<c10d::Work> Backend::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
   Reduction red;
   if (!reduction_of(opts.reduceOp, &red)) return fallback().allreduce_coalesced(tensors, opts);
+  if (any_cuda(tensors)) return cuda_allreduce(tensors, red, opts.asyncOp);
   std::vector<core::AllReduceArgs> args;
   for (const auto& t : tensors) {
     core::AllReduceArgs a;
@@ -130,8 +149,34 @@ c10::intrusive_ptr<c10d::Work> Backend::allreduce_coalesced(
   return launch(c10d::OpType::ALLREDUCE, std::move(job), opts.asyncOp);
 }
 
+c10::intrusive_ptr<c10d::Work> Backend::cuda_allreduce(std::vector<at::Tensor>& tensors,
+                                                       const Reduction& red, bool async_op) {
+  std::vector<Job> parts;
+  for (auto& t : tensors) {
+    core::AllReduceArgs a;
+    a.dtype = check_tensor(t, "tensor", /*cuda_ok=*/true);
+    check_op_for_dtype(red.op, red.premul, a.dtype);
+    // On the caller's stream, before the job records where the kernel may start.
+    if (red.premul) t.mul_(red.factor);
+    a.data = t.data_ptr();
+    a.count = size_t(t.numel());
+    a.op = red.op;
+    parts.push_back(cuda_all_reduce_job(*comm_, t, "tensor", a));
+  }
+  if (parts.size() == 1) return launch(c10d::OpType::ALLREDUCE, std::move(parts[0]), async_op);
+  Job job;
+  job.outputs = tensors;
+  job.devices = parts.empty() ? std::vector<c10::Device>{} : parts[0].devices;
+  job.stream = parts.empty() ? std::nullopt : parts[0].stream;
+  job.body = [parts = std::move(parts)](const core::Context& ctx) {
+    for (const Job& p : parts) p.body(ctx);
+  };
+  return launch(c10d::OpType::ALLREDUCE, std::move(job), async_op);
+}
+
 c10::intrusive_ptr<c10d::Work> Backend::broadcast(std::vector<at::Tensor>& tensors,
                                                   const c10d::BroadcastOptions& opts) {
+  if (any_cuda(tensors)) return fallback().broadcast(tensors, opts);
   const at::Tensor& t = single_tensor(tensors, "tensor");
   core::BroadcastArgs a;
   a.dtype = check_tensor(t, "tensor");
@@ -150,7 +195,7 @@ c10::intrusive_ptr<c10d::Work> Backend::broadcast(std::vector<at::Tensor>& tenso
 c10::intrusive_ptr<c10d::Work> Backend::reduce(std::vector<at::Tensor>& tensors,
                                                const c10d::ReduceOptions& opts) {
   Reduction red;
-  if (!reduction_of(opts.reduceOp, &red)) return fallback().reduce(tensors, opts);
+  if (!reduction_of(opts.reduceOp, &red) || any_cuda(tensors)) return fallback().reduce(tensors, opts);
   const at::Tensor& t = single_tensor(tensors, "tensor");
   core::ReduceArgs a;
   a.dtype = check_tensor(t, "tensor");
@@ -178,6 +223,7 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce(std::vector<at::Tensor>& tensors,
 
 c10::intrusive_ptr<c10d::Work> Backend::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                         const c10d::AllgatherOptions& opts) {
+  if (output.is_cuda() || input.is_cuda()) return fallback()._allgather_base(output, input, opts);
   std::vector<at::Tensor> outs{output}, ins{input};
   return allgather_into_tensor_coalesced(outs, ins, opts);
 }
@@ -185,6 +231,9 @@ c10::intrusive_ptr<c10d::Work> Backend::_allgather_base(at::Tensor& output, at::
 c10::intrusive_ptr<c10d::Work> Backend::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
+  if (any_cuda(outputs) || any_cuda(inputs)) {
+    return fallback().allgather_into_tensor_coalesced(outputs, inputs, opts);
+  }
   TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "output_tensors: ", outputs.size(),
                     " outputs for ", inputs.size(), " inputs");
   std::vector<core::AllGatherArgs> args;
@@ -209,6 +258,7 @@ c10::intrusive_ptr<c10d::Work> Backend::allgather_into_tensor_coalesced(
 c10::intrusive_ptr<c10d::Work> Backend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                                   std::vector<at::Tensor>& inputs,
                                                   const c10d::AllgatherOptions& opts) {
+  if (any_cuda(outputs) || any_cuda(inputs)) return fallback().allgather(outputs, inputs, opts);
   single_tensor(inputs, "input_tensor");
   TORCH_CHECK_VALUE(outputs.size() == 1, "tensor_list: expected one list (one device per rank)");
   return allgather_coalesced(outputs, inputs, opts);
@@ -217,6 +267,7 @@ c10::intrusive_ptr<c10d::Work> Backend::allgather(std::vector<std::vector<at::Te
 c10::intrusive_ptr<c10d::Work> Backend::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
+  if (any_cuda(outputs) || any_cuda(inputs)) return fallback().allgather_coalesced(outputs, inputs, opts);
   TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "output_tensor_lists: ", outputs.size(),
                     " lists for ", inputs.size(), " inputs");
   std::vector<core::AllGatherArgs> args;
@@ -254,6 +305,7 @@ c10::intrusive_ptr<c10d::Work> Backend::allgather_coalesced(
 
 c10::intrusive_ptr<c10d::Work> Backend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                              const c10d::ReduceScatterOptions& opts) {
+  if (output.is_cuda() || input.is_cuda()) return fallback()._reduce_scatter_base(output, input, opts);
   std::vector<at::Tensor> outs{output}, ins{input};
   return reduce_scatter_tensor_coalesced(outs, ins, opts);
 }
@@ -262,7 +314,7 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::ReduceScatterOptions& opts) {
   Reduction red;
-  if (!reduction_of(opts.reduceOp, &red)) {
+  if (!reduction_of(opts.reduceOp, &red) || any_cuda(outputs) || any_cuda(inputs)) {
     return fallback().reduce_scatter_tensor_coalesced(outputs, inputs, opts);
   }
   TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "output: ", outputs.size(), " outputs for ",
@@ -299,7 +351,9 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter(std::vector<at::Tensor>& 
                                                        std::vector<std::vector<at::Tensor>>& inputs,
                                                        const c10d::ReduceScatterOptions& opts) {
   Reduction red;
-  if (!reduction_of(opts.reduceOp, &red)) return fallback().reduce_scatter(outputs, inputs, opts);
+  if (!reduction_of(opts.reduceOp, &red) || any_cuda(outputs) || any_cuda(inputs)) {
+    return fallback().reduce_scatter(outputs, inputs, opts);
+  }
   const at::Tensor& out = single_tensor(outputs, "output");
   TORCH_CHECK_VALUE(inputs.size() == 1, "input_list: expected one list (one device per rank)");
   TORCH_CHECK_VALUE(int64_t(inputs[0].size()) == getSize(), "input_list: expected ", getSize(),
@@ -329,6 +383,9 @@ c10::intrusive_ptr<c10d::Work> Backend::alltoall_base(at::Tensor& output, at::Te
                                                       std::vector<int64_t>& output_split_sizes,
                                                       std::vector<int64_t>& input_split_sizes,
                                                       const c10d::AllToAllOptions& opts) {
+  if (output.is_cuda() || input.is_cuda()) {
+    return fallback().alltoall_base(output, input, output_split_sizes, input_split_sizes, opts);
+  }
   const core::DType dtype = check_tensor(input, "input");
   check_like(output, "output", dtype, output.numel(), "input");
   const int world = getSize();
@@ -381,6 +438,7 @@ c10::intrusive_ptr<c10d::Work> Backend::alltoall_base(at::Tensor& output, at::Te
 c10::intrusive_ptr<c10d::Work> Backend::alltoall(std::vector<at::Tensor>& outputs,
                                                  std::vector<at::Tensor>& inputs,
                                                  const c10d::AllToAllOptions& opts) {
+  if (any_cuda(outputs) || any_cuda(inputs)) return fallback().alltoall(outputs, inputs, opts);
   const int world = getSize();
   TORCH_CHECK_VALUE(int64_t(inputs.size()) == world && int64_t(outputs.size()) == world,
                     "input_tensor_list, output_tensor_list: expected ", world,

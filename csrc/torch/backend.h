@@ -20,6 +20,8 @@
 
 namespace pycomm {
 
+struct Reduction;  // a c10d ReduceOp as pycomm runs it (backend.cpp)
+
 class Backend : public c10d::Backend {
  public:
   Backend(std::shared_ptr<Communicator> comm, c10::intrusive_ptr<c10d::Backend> fallback);
@@ -84,6 +86,9 @@ class Backend : public c10d::Backend {
 
  private:
   c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, Job job, bool async_op);
+  // The all-reduce of CUDA tensors (csrc/torch/cuda_path.h).
+  c10::intrusive_ptr<c10d::Work> cuda_allreduce(std::vector<at::Tensor>& tensors,
+                                                const Reduction& red, bool async_op);
   // Waits for pycomm's queued work, then returns the fallback backend: what
   // the caller hands it may depend on that work. (The other way round, as
   // with gloo alone, a caller waits for an isend/irecv before a collective

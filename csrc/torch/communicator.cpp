@@ -1,5 +1,7 @@
 #include "communicator.h"
 
+#include <c10/core/StreamGuard.h>
+
 #include "../core/errors.h"
 
 namespace pycomm {
@@ -19,10 +21,13 @@ c10::TypePtr result_type(const Job& job) {
 thread_local bool t_on_lane = false;
 
 WorkItem::WorkItem(Job j) : job(std::move(j)) {
-  future = c10::make_intrusive<c10::ivalue::Future>(result_type(job));
+  future = c10::make_intrusive<c10::ivalue::Future>(result_type(job), job.devices);
 }
 
 void WorkItem::finish(std::exception_ptr err) {
+  // A CUDA future records its completion on the current stream of its device:
+  // make that the stream the work ran on.
+  c10::OptionalStreamGuard on_stream(job.stream);
   if (!err && job.value) {
     try {
       c10::IValue v = job.value();

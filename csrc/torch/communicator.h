@@ -29,6 +29,13 @@
 
 namespace pycomm {
 
+// The CUDA side of a communicator (cuda_path.cpp): made by its first CUDA
+// collective, used only by whoever holds busy_.
+class CudaPath;
+struct CudaPathDelete {
+  void operator()(CudaPath* p) const;
+};
+
 // What to run: the collective itself, the tensors it reads and writes (kept
 // alive until it finished) and what its future completes with.
 struct Job {
@@ -39,6 +46,10 @@ struct Job {
   // once the job succeeded.
   c10::TypePtr value_type;
   std::function<c10::IValue()> value;
+  // CUDA work: the devices the future's value lives on, and the stream the
+  // work ran on (the future's consumers wait for it there).
+  std::vector<c10::Device> devices;
+  std::optional<c10::Stream> stream;
 };
 
 // A job that went through the queue. `future` completes with its outputs (or
@@ -126,6 +137,8 @@ class Communicator {
   int world() const { return session_->world(); }
   const std::string& name() const { return session_->name(); }
   const core::CommConfig& config() const { return config_; }
+  // Only a collective's body (which holds busy_) may use it.
+  std::unique_ptr<CudaPath, CudaPathDelete>& cuda_path() { return cuda_path_; }
 
  private:
   std::exception_ptr run(const Job& job);  // the error, or null
@@ -138,6 +151,7 @@ class Communicator {
   std::unique_ptr<core::ShmDataPath> path_;
   core::InputBackup backup_;  // used only by whoever holds busy_
   std::optional<core::Context> context_;
+  std::unique_ptr<CudaPath, CudaPathDelete> cuda_path_;
 
   std::mutex mu_;
   std::condition_variable cv_;

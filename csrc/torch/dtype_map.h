@@ -62,6 +62,7 @@ inline bool to_core_algorithm(const std::string& s, core::Algorithm* out) {
   if (s == "auto") *out = core::Algorithm::kAuto;
   else if (s == "ring") *out = core::Algorithm::kRing;
   else if (s == "direct") *out = core::Algorithm::kDirect;
+  else if (s == "two_shot") *out = core::Algorithm::kTwoShot;  // CUDA tensors only
   else return false;
   return true;
 }

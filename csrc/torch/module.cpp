@@ -14,6 +14,7 @@
 #include "../core/tuning.h"
 #include "backend.h"
 #include "communicator.h"
+#include "cuda_path.h"
 #include "dtype_map.h"
 #include "tensor_checks.h"
 
@@ -64,13 +65,24 @@ py::object all_reduce(Communicator& comm, const at::Tensor& tensor, const std::s
   TORCH_CHECK_VALUE(to_core_op(op, &a.op), "op: unknown reduction '", op,
                     "'; expected one of sum, avg, max, min, product");
   TORCH_CHECK_VALUE(to_core_algorithm(algorithm, &a.algorithm), "algorithm: unknown algorithm '",
-                    algorithm, "'; expected one of auto, ring, direct");
-  a.dtype = check_tensor(tensor, "tensor");
+                    algorithm, "'; expected one of auto, ring, direct, two_shot (CUDA)");
+  a.dtype = check_tensor(tensor, "tensor", /*cuda_ok=*/true);
   check_op_for_dtype(a.op, false, a.dtype);
   a.data = tensor.data_ptr();
   a.count = size_t(tensor.numel());
-  a.restore = restore_on_failure.value_or(comm.config().tuning.restore_on_failure);
-  if (!async_op) {
+  const bool on_cuda = tensor.is_cuda();
+  // CPU tensors only: a CUDA all-reduce that fails part way leaves the tensor
+  // partly reduced (its kernels write the output piece by piece).
+  a.restore = !on_cuda && restore_on_failure.value_or(comm.config().tuning.restore_on_failure);
+  Job job = on_cuda ? cuda_all_reduce_job(comm, tensor, "tensor", a) : Job{};
+  if (!async_op && on_cuda) {
+    bool ran;
+    {
+      py::gil_scoped_release no_gil;
+      ran = comm.run_if_idle(job.body);
+    }
+    if (ran) return py::none();
+  } else if (!async_op) {
     bool ran;
     {
       py::gil_scoped_release no_gil;
@@ -78,9 +90,10 @@ py::object all_reduce(Communicator& comm, const at::Tensor& tensor, const std::s
     }
     if (ran) return py::none();  // with the GIL held again
   }
-  Job job;
-  job.outputs = {tensor};
-  job.body = [a](const core::Context& ctx) { core::all_reduce(ctx, a); };
+  if (!on_cuda) {
+    job.outputs = {tensor};
+    job.body = [a](const core::Context& ctx) { core::all_reduce(ctx, a); };
+  }
   if (python_future) {
     job.value_type = c10::PyObjectType::get();
     job.value = [tensor] {
@@ -111,6 +124,7 @@ py::dict config_dict(const core::CommConfig& c) {
   d["link_buffers"] = c.data.link_buffers;
   d["direct_max_bytes"] = c.tuning.direct_max_bytes;
   d["restore_on_failure"] = c.tuning.restore_on_failure;
+  d["cuda_buffer_bytes"] = c.tuning.cuda_buffer_bytes;
   return d;
 }
 
@@ -127,6 +141,7 @@ core::CommConfig config_from(int world, const py::dict& d) {
     else if (key == "link_buffers") c.data.link_buffers = v.cast<size_t>();
     else if (key == "direct_max_bytes") c.tuning.direct_max_bytes = v.cast<size_t>();
     else if (key == "restore_on_failure") c.tuning.restore_on_failure = v.cast<bool>();
+    else if (key == "cuda_buffer_bytes") c.tuning.cuda_buffer_bytes = v.cast<size_t>();
     else throw py::value_error("config: unknown setting '" + key + "'");
   }
   return c;

@@ -6,12 +6,14 @@
 
 namespace pycomm {
 
-core::DType check_tensor(const at::Tensor& t, const char* arg) {
+core::DType check_tensor(const at::Tensor& t, const char* arg, bool cuda_ok) {
   TORCH_CHECK_TYPE(t.defined(), arg, ": expected a tensor, got an undefined tensor");
   TORCH_CHECK_TYPE(t.layout() == at::kStrided, arg,
                    ": sparse and other non-strided layouts are not supported, got ", t.layout());
-  TORCH_CHECK_TYPE(t.device().is_cpu(), arg,
-                   ": expected a CPU tensor (the shared-memory transport), got device ", t.device());
+  TORCH_CHECK_TYPE(t.device().is_cpu() || (cuda_ok && t.device().is_cuda()), arg,
+                   cuda_ok ? ": expected a CPU or CUDA tensor, got device "
+                           : ": expected a CPU tensor (the shared-memory transport), got device ",
+                   t.device());
   core::DType dtype;
   TORCH_CHECK_TYPE(to_core_dtype(t.scalar_type(), &dtype), arg, ": unsupported dtype ",
                    t.scalar_type(), "; supported: ", kSupportedDtypes);

@@ -12,8 +12,9 @@
 
 namespace pycomm {
 
-// A dense, contiguous CPU tensor of a dtype the core reduces; returns that dtype.
-core::DType check_tensor(const at::Tensor& t, const char* arg);
+// A dense, contiguous CPU tensor (or CUDA, where `cuda_ok`) of a dtype the
+// core reduces; returns that dtype.
+core::DType check_tensor(const at::Tensor& t, const char* arg, bool cuda_ok = false);
 
 // Exactly one tensor (c10d passes lists with one tensor per device).
 const at::Tensor& single_tensor(const std::vector<at::Tensor>& ts, const char* arg);

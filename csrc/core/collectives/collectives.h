@@ -28,6 +28,9 @@ struct CollectiveTuning {
   size_t direct_max_bytes = 64;
   // The default of pycomm.all_reduce's restore_on_failure (see input_backup.h).
   bool restore_on_failure = true;
+  // The CUDA path: each rank's device staging buffer (larger all-reduces go
+  // through it in pieces).
+  size_t cuda_buffer_bytes = 0;
 };
 
 // What a collective runs on. One per communicator; one collective at a time.

@@ -211,6 +211,17 @@ void Session::wait_at_least(const std::atomic<uint64_t>& word, uint64_t target, 
   }
 }
 
+void Session::check_alive() {
+  if (aborted()) fail_aborted();
+  const int dead = watch_.first_dead();
+  if (dead >= 0) fail_dead(dead);
+}
+
+uint64_t Session::remaining_ns() const {
+  const uint64_t now = monotonic_ns();
+  return now < deadline_ns_ ? deadline_ns_ - now : 0;
+}
+
 bool Session::aborted() const {
   return header().abort_state.load(std::memory_order_acquire) != uint32_t(AbortState::kHealthy);
 }

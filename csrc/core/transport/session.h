@@ -97,6 +97,13 @@ class Session {
   void wait_at_least(const std::atomic<uint64_t>& word, uint64_t target, int writer, int peer,
                      const char* waiting_for);
 
+  // Fails as wait_at_least would when the session was aborted or a peer
+  // exited. For waits that happen elsewhere (a GPU kernel's, polled by its
+  // host thread), which keep their own deadline.
+  void check_alive();
+  // What is left of the current collective's time (0 once it is over).
+  uint64_t remaining_ns() const;
+
   // Throws CollectiveMismatch with `message` (used by collectives that check
   // what the handshake cannot, e.g. all-to-all split sizes, on every rank).
   [[noreturn]] void fail_mismatch(const std::string& message) const;

@@ -1,0 +1,162 @@
+#include "ipc_data_path.h"
+
+#include <cuda_runtime_api.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "../core/collective.h"
+#include "../core/errors.h"
+
+namespace pycomm::cuda {
+namespace {
+
+// What a rank publishes in its host slot at each set-up step.
+struct Published {
+  int32_t failed = 0;  // this rank's step failed; `message` says why
+  int32_t pid = 0;
+  int32_t device = 0;
+  cudaIpcMemHandle_t buffer_handle{};
+  cudaIpcMemHandle_t pad_handle{};
+  uint64_t buffer_ptr = 0;  // how a peer in the same process addresses them
+  uint64_t pad_ptr = 0;
+  char message[256] = {};
+};
+
+// Makes `device` current for the set-up and restores the caller's.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+    if (previous_ != device) cudaSetDevice(device);
+  }
+  ~DeviceScope() {
+    if (previous_ >= 0) cudaSetDevice(previous_);
+  }
+
+ private:
+  int previous_ = -1;
+};
+
+void fail_into(Published& p, const char* what, cudaError_t err) {
+  p.failed = 1;
+  std::snprintf(p.message, sizeof(p.message), "%s: %s", what, cudaGetErrorString(err));
+  cudaGetLastError();  // clear it, so torch's next check does not report it again
+}
+
+// Publishes `mine`, enters the handshake, and throws CommError on every rank
+// if any rank failed its step (naming the lowest one, identically everywhere).
+// Returns the peers' records.
+std::vector<Published> exchange(core::Session& session, core::ShmDataPath& host_path,
+                                const Published& mine, const core::Fingerprint& fp) {
+  static_assert(sizeof(Published) <= 4096, "a set-up record must fit any host slot");
+  std::memcpy(host_path.next_slot(), &mine, sizeof(Published));
+  session.handshake(fp);
+  std::vector<Published> all(size_t(session.world()));
+  for (int r = 0; r < session.world(); ++r) {
+    std::memcpy(&all[size_t(r)], host_path.slot(r), sizeof(Published));
+  }
+  for (int r = 0; r < session.world(); ++r) {
+    if (all[size_t(r)].failed) {
+      throw core::CommError("pycomm: CUDA set-up failed on rank " + std::to_string(r) + ": " +
+                            all[size_t(r)].message);
+    }
+  }
+  return all;
+}
+
+}  // namespace
+
+IpcDataPath::IpcDataPath(core::Session& session, core::ShmDataPath& host_path, int device,
+                         size_t buffer_bytes, size_t pad_bytes)
+    : rank_(session.rank()),
+      device_(device),
+      buffer_bytes_(buffer_bytes),
+      buffers_(size_t(session.world()), nullptr),
+      pads_(size_t(session.world()), nullptr),
+      opened_(size_t(session.world()), false) {
+  DeviceScope scope(device);
+  const core::Fingerprint fp = core::fingerprint_of(core::CollectiveKind::kCudaSetup, buffer_bytes,
+                                                    core::DType::kUInt8, core::Algorithm::kDirect);
+  try {
+    session.begin("cuda set-up");
+    // Step 1: allocate and export. The pad is zeroed (and the zeroing has
+    // finished) before any peer can learn its handle: peers write flags into it.
+    Published mine;
+    mine.pid = int32_t(getpid());
+    mine.device = device;
+    cudaError_t err = cudaMalloc(&own_buffer_, buffer_bytes);
+    if (err != cudaSuccess) {
+      own_buffer_ = nullptr;
+      fail_into(mine, "cudaMalloc of the staging buffer", err);
+    } else if ((err = cudaMalloc(&own_pad_, pad_bytes)) != cudaSuccess) {
+      own_pad_ = nullptr;
+      fail_into(mine, "cudaMalloc of the signal pad", err);
+    } else if ((err = cudaMemset(own_pad_, 0, pad_bytes)) != cudaSuccess ||
+               (err = cudaDeviceSynchronize()) != cudaSuccess) {
+      fail_into(mine, "zeroing the signal pad", err);
+    } else if ((err = cudaIpcGetMemHandle(&mine.buffer_handle, own_buffer_)) != cudaSuccess ||
+               (err = cudaIpcGetMemHandle(&mine.pad_handle, own_pad_)) != cudaSuccess) {
+      fail_into(mine, "cudaIpcGetMemHandle", err);
+    }
+    mine.buffer_ptr = reinterpret_cast<uint64_t>(own_buffer_);
+    mine.pad_ptr = reinterpret_cast<uint64_t>(own_pad_);
+    const std::vector<Published> peers = exchange(session, host_path, mine, fp);
+
+    // Step 2: map every peer's buffer and pad.
+    Published mapped;
+    for (int r = 0; r < session.world() && !mapped.failed; ++r) {
+      const Published& p = peers[size_t(r)];
+      if (r == rank_ || p.pid == mine.pid) {
+        buffers_[size_t(r)] = reinterpret_cast<void*>(p.buffer_ptr);
+        pads_[size_t(r)] = reinterpret_cast<void*>(p.pad_ptr);
+        continue;
+      }
+      void* buf = nullptr;
+      void* pad = nullptr;
+      err = cudaIpcOpenMemHandle(&buf, p.buffer_handle, cudaIpcMemLazyEnablePeerAccess);
+      if (err == cudaSuccess) {
+        err = cudaIpcOpenMemHandle(&pad, p.pad_handle, cudaIpcMemLazyEnablePeerAccess);
+        if (err != cudaSuccess) cudaIpcCloseMemHandle(buf);
+      }
+      if (err != cudaSuccess) {
+        char what[96];
+        std::snprintf(what, sizeof(what), "mapping rank %d's memory (its cuda:%d, ours cuda:%d)",
+                      r, p.device, device);
+        fail_into(mapped, what, err);
+        break;
+      }
+      buffers_[size_t(r)] = buf;
+      pads_[size_t(r)] = pad;
+      opened_[size_t(r)] = true;
+    }
+    exchange(session, host_path, mapped, fp);
+  } catch (...) {
+    release();
+    throw;
+  }
+}
+
+IpcDataPath::~IpcDataPath() { release(); }
+
+void IpcDataPath::release() noexcept {
+  // Errors are ignored here: at interpreter exit the CUDA runtime may already
+  // be unloading, and the driver frees a process's memory when it exits.
+  DeviceScope scope(device_);
+  for (size_t r = 0; r < buffers_.size(); ++r) {
+    if (opened_[r]) {
+      cudaIpcCloseMemHandle(buffers_[r]);
+      cudaIpcCloseMemHandle(pads_[r]);
+      opened_[r] = false;
+    }
+    buffers_[r] = pads_[r] = nullptr;
+  }
+  if (own_buffer_) cudaFree(own_buffer_);
+  if (own_pad_) cudaFree(own_pad_);
+  own_buffer_ = own_pad_ = nullptr;
+  cudaGetLastError();
+}
+
+}  // namespace pycomm::cuda
