@@ -1,0 +1,142 @@
+// The arguments of one CUDA all-reduce launch and the host-side rules around
+// them: validation, defaults, and how far a launch advances the epoch. Plain
+// C++ with no CUDA headers, so the CPU protocol test uses it as the launcher
+// does. The public entry point is cuda_all_reduce.h.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "../core/dtypes.h"
+#include "all_reduce_layout.h"
+#include "peer_memory.h"
+
+namespace pycomm::cuda {
+
+enum class CudaAlgorithm : uint32_t {
+  kOneShot = 1,  // every rank reads every peer's whole input: latency-bound sizes
+  kTwoShot,      // reduce-scatter then all-gather, both by direct reads of the peers
+  kRing,         // pipelined ring through neighbours' staging slots: bandwidth-bound sizes
+};
+
+inline const char* cuda_algorithm_name(CudaAlgorithm a) {
+  switch (a) {
+    case CudaAlgorithm::kOneShot: return "one_shot";
+    case CudaAlgorithm::kTwoShot: return "two_shot";
+    case CudaAlgorithm::kRing: return "ring";
+  }
+  return "unknown";
+}
+
+// Every field but input, output, status and rank must be equal on all ranks
+// (the glue checks that with the session's fingerprint before launching).
+struct CudaAllReduceArgs {
+  int rank;
+  int world;             // 1 .. kMaxRanks
+  PeerMemory peers;      // this rank's view of every rank's staging buffer and pad
+  const void* input;     // count elements of dtype on this rank's device
+  void* output;          // may equal input (in place); must not overlap it otherwise
+  size_t count;
+  core::DType dtype;
+  core::ReduceOp op;     // avg divides the sum by world, once, in the accumulation type
+  CudaAlgorithm algorithm;
+  uint64_t epoch_base;   // advance by epochs_used(args) after each launch (signal_protocol.h)
+  uint64_t timeout_ns;   // bound of every wait inside the kernel
+  DeviceStatus* status;  // this rank's, host-mapped; device pointer
+  int blocks;            // 1 .. kMaxBlocks; 0: default_blocks()
+};
+
+constexpr unsigned kAllReduceThreads = 512;
+
+// Defaults, untuned until measured on a GPU (bench/threads_all_reduce_bench.cu):
+// one-shot moves world times the bytes of the others but has the fewest
+// steps; the ring has the most steps but touches only neighbours.
+inline CudaAlgorithm choose_algorithm(int world, size_t bytes) {
+  if (world <= 2 || bytes <= (size_t(256) << 10)) return CudaAlgorithm::kOneShot;
+  if (bytes <= (size_t(8) << 20)) return CudaAlgorithm::kTwoShot;
+  return CudaAlgorithm::kRing;
+}
+
+// One block per 64 KiB, 1 .. 32 (untuned).
+inline int default_blocks(CudaAlgorithm, size_t bytes) {
+  const size_t b = ceil_div(bytes, size_t(64) << 10);
+  return b < 1 ? 1 : (b > 32 ? 32 : int(b));
+}
+
+inline int blocks_of(const CudaAllReduceArgs& a) {
+  return a.blocks > 0 ? a.blocks : default_blocks(a.algorithm, a.count * core::dtype_size(a.dtype));
+}
+
+inline size_t signal_pad_bytes() { return sizeof(SignalPad); }
+
+// How far the launch advances the epoch: the largest flag value it writes is
+// epoch_base + epochs_used(args). The same on every rank.
+inline uint64_t epochs_used(const CudaAllReduceArgs& a) {
+  if (a.count == 0 || a.world == 1) return 0;
+  const size_t elem = core::dtype_size(a.dtype);
+  const size_t bytes = a.peers.buffer_bytes;
+  const int blocks = blocks_of(a);
+  // Block 0's share is the largest: it runs the most pieces.
+  const size_t share = block_share(a.count, blocks, 0, vector_elems(elem)).size();
+  const size_t region = block_region_bytes(bytes, blocks);
+  switch (a.algorithm) {
+    case CudaAlgorithm::kOneShot:  // a barrier after staging and after reading, per piece
+      return 2 * ceil_div(share, one_shot_piece_elems(region, elem));
+    case CudaAlgorithm::kTwoShot:  // a barrier after staging and after reducing, per piece, and one at the end
+      return 2 * ceil_div(share, two_shot_layout(region, elem, a.world).piece_elems) + 1;
+    case CudaAlgorithm::kRing: {  // the entry barrier (1), and a flag value per send of the busiest block
+      const size_t sub = ring_layout(bytes, blocks, elem, core::accum_size(a.dtype)).sub_elems;
+      uint64_t most = 1;
+      for (int b = 0; b < blocks; ++b) {
+        const uint64_t sends = ring_subchunks(a.count, a.world, blocks, b, vector_elems(elem), sub) *
+                               ring_sends_per_subchunk(a.world);
+        most = sends > most ? sends : most;
+      }
+      return most;
+    }
+  }
+  return 0;
+}
+
+// Null when the launch is valid, else what is wrong with it.
+inline const char* check_args(const CudaAllReduceArgs& a) {
+  if (a.world < 1 || a.world > kMaxRanks) return "world must be 1..8";
+  if (a.rank < 0 || a.rank >= a.world) return "rank must be in [0, world)";
+  const int blocks = blocks_of(a);
+  if (blocks < 1 || blocks > kMaxBlocks) return "blocks must be 1..64 (0: default)";
+  const size_t elem = core::dtype_size(a.dtype);
+  if (elem == 0) return "unsupported dtype";
+  if (uint32_t(a.op) < uint32_t(core::ReduceOp::kSum) || uint32_t(a.op) > uint32_t(core::ReduceOp::kProduct))
+    return "unknown reduction operator";
+  if (a.op == core::ReduceOp::kAvg && !core::is_floating(a.dtype))
+    return "avg is not defined for integer tensors";
+  if (a.algorithm != CudaAlgorithm::kOneShot && a.algorithm != CudaAlgorithm::kTwoShot &&
+      a.algorithm != CudaAlgorithm::kRing)
+    return "unknown algorithm";
+  if (a.count == 0) return nullptr;
+  if (a.input == nullptr || a.output == nullptr) return "input and output must not be null";
+  if (a.status == nullptr) return "status must not be null";
+  if (a.world == 1) return nullptr;
+  if (a.timeout_ns == 0) return "timeout_ns must be positive";
+  for (int r = 0; r < a.world; ++r) {
+    if (a.peers.buffers[r] == nullptr || a.peers.pads[r] == nullptr) return "every rank needs a buffer and a pad";
+    if (reinterpret_cast<uintptr_t>(a.peers.buffers[r]) % kVectorBytes != 0) return "staging buffers must be 16-byte aligned";
+  }
+  const size_t bytes = a.peers.buffer_bytes;
+  const size_t region = block_region_bytes(bytes, blocks);
+  switch (a.algorithm) {
+    case CudaAlgorithm::kOneShot:
+      if (one_shot_piece_elems(region, elem) == 0) return "staging buffer too small for this block count";
+      break;
+    case CudaAlgorithm::kTwoShot:
+      if (two_shot_layout(region, elem, a.world).piece_elems == 0) return "staging buffer too small for this block count";
+      break;
+    case CudaAlgorithm::kRing:
+      if (ring_layout(bytes, blocks, elem, core::accum_size(a.dtype)).sub_elems == 0)
+        return "staging buffer too small for the ring's slots at this block count";
+      break;
+  }
+  return nullptr;
+}
+
+}  // namespace pycomm::cuda

@@ -1,0 +1,234 @@
+// Element types, reduction operators and the element loops of the CUDA
+// all-reduce kernels, for the device and the host alike.
+//
+// float16 and bfloat16 are stored as core::Half / core::BFloat16 (16-bit
+// patterns) and accumulated in float32; the device converts with cuda_fp16 /
+// cuda_bf16 intrinsics, the host with core's half_convert.h. Both round to
+// nearest even. Integer sums and products wrap, as torch's and the CPU core's
+// do (reduce_kernels.cpp); max and min keep the left operand on ties.
+//
+// Loops: each thread of a block takes every threads-th 16-byte vector of a
+// range (coalesced on the GPU), then the scalar tail; the vector loop is used
+// only when every pointer involved is 16-byte aligned (vector_ok).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "../core/kernels/half_convert.h"
+#include "all_reduce_layout.h"
+#include "block_lanes.h"
+#include "host_device.h"
+
+#if defined(__CUDACC__)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#endif
+
+namespace pycomm::cuda {
+
+template <class T>
+struct AccumOf { using type = T; };
+template <>
+struct AccumOf<core::Half> { using type = float; };
+template <>
+struct AccumOf<core::BFloat16> { using type = float; };
+template <class T>
+using Accum = typename AccumOf<T>::type;
+
+template <class T>
+PYCOMM_HD T widen(T x) { return x; }
+
+PYCOMM_HD float widen(core::Half x) {
+#if defined(__CUDA_ARCH__)
+  return __half2float(__ushort_as_half(x.bits));
+#else
+  return core::to_float(x);
+#endif
+}
+
+PYCOMM_HD float widen(core::BFloat16 x) {
+#if defined(__CUDA_ARCH__)
+  return __bfloat162float(__ushort_as_bfloat16(x.bits));
+#else
+  return core::to_float(x);
+#endif
+}
+
+template <class T>
+PYCOMM_HD T narrow(Accum<T> a) {
+  if constexpr (std::is_same_v<T, core::Half>) {
+#if defined(__CUDA_ARCH__)
+    return core::Half{__half_as_ushort(__float2half_rn(a))};
+#else
+    return core::to_half(a);
+#endif
+  } else if constexpr (std::is_same_v<T, core::BFloat16>) {
+#if defined(__CUDA_ARCH__)
+    return core::BFloat16{__bfloat16_as_ushort(__float2bfloat16_rn(a))};
+#else
+    return core::to_bfloat16(a);
+#endif
+  } else {
+    return a;
+  }
+}
+
+// Signed overflow is undefined in C++: integers are combined as unsigned.
+struct SumOp {
+  template <class A>
+  PYCOMM_HD static A apply(A a, A b) {
+    if constexpr (std::is_integral_v<A>) {
+      using U = std::make_unsigned_t<A>;
+      return A(U(U(a) + U(b)));
+    } else {
+      return a + b;
+    }
+  }
+};
+struct ProductOp {
+  template <class A>
+  PYCOMM_HD static A apply(A a, A b) {
+    if constexpr (std::is_integral_v<A>) {
+      using U = std::make_unsigned_t<A>;
+      // Narrow types promote to signed int: multiply them as unsigned int.
+      using P = std::conditional_t<(sizeof(A) < sizeof(unsigned)), unsigned, U>;
+      return A(U(P(U(a)) * P(U(b))));
+    } else {
+      return a * b;
+    }
+  }
+};
+struct MaxOp {
+  template <class A>
+  PYCOMM_HD static A apply(A a, A b) { return b > a ? b : a; }
+};
+struct MinOp {
+  template <class A>
+  PYCOMM_HD static A apply(A a, A b) { return b < a ? b : a; }
+};
+
+// An operator and what ends a reduction: avg is a sum divided by the world
+// size once, in the accumulation type, then rounded to the element type.
+template <class Op, bool kAvg>
+struct Reduction {
+  template <class A>
+  PYCOMM_HD static A combine(A a, A b) { return Op::apply(a, b); }
+  template <class T>
+  PYCOMM_HD static T finish(Accum<T> acc, int world) {
+    if constexpr (kAvg) acc = acc / Accum<T>(world);
+    return narrow<T>(acc);
+  }
+};
+
+// W elements moved as one access: 16 bytes for the vector body (two accesses
+// for 8 float partials of half types), one element for the tail.
+template <class T, int W>
+struct alignas(sizeof(T) * W < kVectorBytes ? sizeof(T) * W : kVectorBytes) Pack {
+  T v[W];
+};
+
+template <int W, class T>
+PYCOMM_HD Pack<T, W> load_pack(const T* p) { return *reinterpret_cast<const Pack<T, W>*>(p); }
+template <int W, class T>
+PYCOMM_HD void store_pack(T* p, const Pack<T, W>& x) { *reinterpret_cast<Pack<T, W>*>(p) = x; }
+
+template <int W>
+struct Width { static constexpr int value = W; };
+
+template <class T>
+constexpr int kVectorWidth = int(kVectorBytes / sizeof(T));
+
+PYCOMM_HD bool is_vector_aligned(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % kVectorBytes == 0;
+}
+
+// f(Width<W>, i) for the W elements from i on, over [0, n), split across the block.
+template <int V, class F>
+PYCOMM_HD void for_each_pack(const Lanes& l, size_t n, bool vector_ok, F&& f) {
+  const size_t packs = vector_ok ? n / V : 0;
+  for (size_t p = l.thread; p < packs; p += l.threads) f(Width<V>{}, p * V);
+  for (size_t i = packs * V + l.thread; i < n; i += l.threads) f(Width<1>{}, i);
+}
+
+// dst[i] = src[i] (and dst2[i], unless null).
+template <class T>
+PYCOMM_HD void copy_elements(const Lanes& l, T* dst, T* dst2, const T* src, size_t n, bool vector_ok) {
+  for_each_pack<kVectorWidth<T>>(l, n, vector_ok, [&](auto w, size_t i) {
+    constexpr int W = decltype(w)::value;
+    const Pack<T, W> x = load_pack<W>(src + i);
+    store_pack<W>(dst + i, x);
+    if (dst2 != nullptr) store_pack<W>(dst2 + i, x);
+  });
+}
+
+// out[i] = finish(srcs[0][i] op srcs[1][i] op ... op srcs[nsrc-1][i]), left to
+// right (and out2[i], unless null).
+template <class T, class R>
+PYCOMM_HD void reduce_sources(const Lanes& l, T* out, T* out2, const T* const* srcs, int nsrc, size_t n,
+                              int world, bool vector_ok) {
+  using A = Accum<T>;
+  for_each_pack<kVectorWidth<T>>(l, n, vector_ok, [&](auto w, size_t i) {
+    constexpr int W = decltype(w)::value;
+    A acc[W];
+    Pack<T, W> x = load_pack<W>(srcs[0] + i);
+    for (int k = 0; k < W; ++k) acc[k] = widen(x.v[k]);
+    for (int s = 1; s < nsrc; ++s) {
+      x = load_pack<W>(srcs[s] + i);
+      for (int k = 0; k < W; ++k) acc[k] = R::combine(acc[k], A(widen(x.v[k])));
+    }
+    Pack<T, W> y;
+    for (int k = 0; k < W; ++k) y.v[k] = R::template finish<T>(acc[k], world);
+    store_pack<W>(out + i, y);
+    if (out2 != nullptr) store_pack<W>(out2 + i, y);
+  });
+}
+
+// Ring, first send of a sub-chunk: partial[i] = widen(local[i]).
+template <class T>
+PYCOMM_HD void widen_elements(const Lanes& l, Accum<T>* partial, const T* local, size_t n, bool vector_ok) {
+  using A = Accum<T>;
+  for_each_pack<kVectorWidth<T>>(l, n, vector_ok, [&](auto w, size_t i) {
+    constexpr int W = decltype(w)::value;
+    const Pack<T, W> x = load_pack<W>(local + i);
+    Pack<A, W> y;
+    for (int k = 0; k < W; ++k) y.v[k] = widen(x.v[k]);
+    store_pack<W>(partial + i, y);
+  });
+}
+
+// Ring, reduce-scatter: out[i] = received[i] op widen(local[i]); the partial
+// that arrived stays on the left, so chunk c is combined in the order c+1, c+2, ..., c.
+template <class T, class R>
+PYCOMM_HD void combine_elements(const Lanes& l, Accum<T>* out, const Accum<T>* received, const T* local,
+                                size_t n, bool vector_ok) {
+  using A = Accum<T>;
+  for_each_pack<kVectorWidth<T>>(l, n, vector_ok, [&](auto w, size_t i) {
+    constexpr int W = decltype(w)::value;
+    const Pack<A, W> p = load_pack<W>(received + i);
+    const Pack<T, W> x = load_pack<W>(local + i);
+    Pack<A, W> y;
+    for (int k = 0; k < W; ++k) y.v[k] = R::combine(p.v[k], A(widen(x.v[k])));
+    store_pack<W>(out + i, y);
+  });
+}
+
+// Ring, the owner's last step: out[i] = out2[i] = finish(received[i] op widen(local[i])).
+// `out` may be `local` (in place): each element is read before it is written.
+template <class T, class R>
+PYCOMM_HD void finish_elements(const Lanes& l, T* out, T* out2, const Accum<T>* received, const T* local,
+                               size_t n, int world, bool vector_ok) {
+  using A = Accum<T>;
+  for_each_pack<kVectorWidth<T>>(l, n, vector_ok, [&](auto w, size_t i) {
+    constexpr int W = decltype(w)::value;
+    const Pack<A, W> p = load_pack<W>(received + i);
+    const Pack<T, W> x = load_pack<W>(local + i);
+    Pack<T, W> y;
+    for (int k = 0; k < W; ++k) y.v[k] = R::template finish<T>(R::combine(p.v[k], A(widen(x.v[k]))), world);
+    store_pack<W>(out + i, y);
+    store_pack<W>(out2 + i, y);
+  });
+}
+
+}  // namespace pycomm::cuda

@@ -1,0 +1,59 @@
+// Launcher of the CUDA all-reduce kernels (cuda_all_reduce.h): one kernel per
+// (algorithm, element type, reduction), each a thin shell around the body that
+// the CPU protocol test also runs on host threads.
+#include "all_reduce_dispatch.h"
+#include "cuda_all_reduce.h"
+#include "one_shot_all_reduce.cuh"
+#include "ring_all_reduce.cuh"
+#include "two_shot_all_reduce.cuh"
+
+namespace pycomm::cuda {
+namespace {
+
+__device__ __forceinline__ Lanes device_lanes() {
+  return Lanes{threadIdx.x, blockDim.x, int(blockIdx.x), int(gridDim.x)};
+}
+
+// At most 64 registers a thread, so two blocks fit on an SM: every rank's
+// blocks must be resident at once (they wait for each other), e.g. 8 ranks x
+// 32 blocks on one H100 in the threads benchmark.
+constexpr int kMinBlocksPerSM = 2;
+
+// __grid_constant__: the arguments (about 200 bytes, the peers' pointers
+// among them) are read in place from the parameter space, not copied per thread.
+template <class T, class R>
+__global__ void __launch_bounds__(kAllReduceThreads, kMinBlocksPerSM) one_shot_kernel(const __grid_constant__ CudaAllReduceArgs a) {
+  one_shot_all_reduce<T, R, DeviceBlockSync>(a, device_lanes());
+}
+template <class T, class R>
+__global__ void __launch_bounds__(kAllReduceThreads, kMinBlocksPerSM) two_shot_kernel(const __grid_constant__ CudaAllReduceArgs a) {
+  two_shot_all_reduce<T, R, DeviceBlockSync>(a, device_lanes());
+}
+template <class T, class R>
+__global__ void __launch_bounds__(kAllReduceThreads, kMinBlocksPerSM) ring_kernel(const __grid_constant__ CudaAllReduceArgs a) {
+  ring_all_reduce<T, R, DeviceBlockSync>(a, device_lanes());
+}
+
+}  // namespace
+
+cudaError_t launch_all_reduce(const CudaAllReduceArgs& args, cudaStream_t stream) {
+  if (check_args(args) != nullptr) return cudaErrorInvalidValue;
+  if (args.count == 0) return cudaSuccess;
+  CudaAllReduceArgs a = args;
+  a.blocks = blocks_of(args);
+  const dim3 grid(unsigned(a.blocks));
+  const dim3 block(kAllReduceThreads);
+  const bool known = dispatch_reduction(a.dtype, a.op, [&](auto type, auto reduction) {
+    using T = decltype(type);
+    using R = decltype(reduction);
+    switch (a.algorithm) {
+      case CudaAlgorithm::kOneShot: one_shot_kernel<T, R><<<grid, block, 0, stream>>>(a); break;
+      case CudaAlgorithm::kTwoShot: two_shot_kernel<T, R><<<grid, block, 0, stream>>>(a); break;
+      case CudaAlgorithm::kRing: ring_kernel<T, R><<<grid, block, 0, stream>>>(a); break;
+    }
+  });
+  if (!known) return cudaErrorInvalidValue;
+  return cudaGetLastError();
+}
+
+}  // namespace pycomm::cuda

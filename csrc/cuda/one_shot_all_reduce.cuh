@@ -1,0 +1,70 @@
+// One-shot all-reduce: every rank stages its input, and every rank reduces
+// all ranks' staged inputs itself. One round of synchronisation, world times
+// the reads of the two-shot: for latency-bound sizes.
+//
+// Block b takes share b of the elements and owns region b of every staging
+// buffer (all_reduce_layout.h). Per piece of its share (as much as its region
+// holds), block b of rank r:
+//   1. copies the piece into its region of its own staging buffer;
+//   2. barrier (epoch +1): block b of every rank has staged the piece;
+//   3. reads the piece from every rank's region b and reduces it in rank order
+//      0..world-1 into its output: the same order on every rank, so every
+//      rank gets the same bits;
+//   4. barrier (epoch +1): no rank still reads region b, so the next piece (or
+//      launch) may overwrite it.
+// The body is the same for a CUDA block and a host thread (block_lanes.h).
+#pragma once
+
+#include "all_reduce_args.h"
+#include "all_reduce_elements.h"
+#include "block_lanes.h"
+#include "signal_protocol.h"
+
+namespace pycomm::cuda {
+
+// world == 1: the reduction of one input is the input.
+template <class T>
+PYCOMM_HD void copy_alone(const CudaAllReduceArgs& a, const Lanes& l) {
+  const T* in = static_cast<const T*>(a.input);
+  T* out = static_cast<T*>(a.output);
+  if (in == out) return;
+  const ElemRange mine = split_aligned(ElemRange{0, a.count}, l.blocks, l.block, kVectorWidth<T>);
+  copy_elements(l, out + mine.begin, static_cast<T*>(nullptr), in + mine.begin, mine.size(),
+                is_vector_aligned(in) && is_vector_aligned(out));
+}
+
+// False when a peer did not arrive in time (a.status says which).
+template <class T, class R, class Sync>
+PYCOMM_HD bool one_shot_all_reduce(const CudaAllReduceArgs& a, const Lanes& l) {
+  if (a.world == 1) {
+    copy_alone<T>(a, l);
+    return true;
+  }
+  const T* in = static_cast<const T*>(a.input);
+  T* out = static_cast<T*>(a.output);
+  const bool vector_ok = is_vector_aligned(in) && is_vector_aligned(out);
+  const size_t region = block_region_bytes(a.peers.buffer_bytes, l.blocks);
+  const size_t piece = one_shot_piece_elems(region, sizeof(T));
+  const ElemRange share = block_share(a.count, l.blocks, l.block, kVectorWidth<T>);
+  const T* staged[kMaxRanks];  // region b of every rank's staging buffer
+  for (int p = 0; p < a.world; ++p) {
+    staged[p] = reinterpret_cast<const T*>(static_cast<const char*>(a.peers.buffers[p]) + size_t(l.block) * region);
+  }
+  T* const my_staged = const_cast<T*>(staged[a.rank]);
+  const Waiter waiter{a.status, a.timeout_ns, l.block};
+  uint64_t epoch = a.epoch_base;
+  auto barrier = [&] {
+    ++epoch;
+    return block_signal<Sync>(l, [&] { return block_barrier(a.peers.pads, a.rank, a.world, l.block, epoch, waiter); });
+  };
+  for (size_t begin = share.begin; begin < share.end; begin += piece) {
+    const size_t n = min_size(share.end - begin, piece);
+    copy_elements(l, my_staged, static_cast<T*>(nullptr), in + begin, n, vector_ok);
+    if (!barrier()) return false;
+    reduce_sources<T, R>(l, out + begin, static_cast<T*>(nullptr), staged, a.world, n, a.world, vector_ok);
+    if (!barrier()) return false;
+  }
+  return true;
+}
+
+}  // namespace pycomm::cuda

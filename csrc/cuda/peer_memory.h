@@ -1,0 +1,66 @@
+// What one rank of a host sees of all ranks' device memory for the CUDA
+// all-reduce: every rank's staging buffer and signal pad (its own and its
+// peers', mapped by CUDA IPC or, in one process, shared by pointer), and its
+// own status record in host-mapped memory. Plain data, no CUDA headers: the
+// CPU protocol test builds these in host memory.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace pycomm::cuda {
+
+constexpr int kMaxRanks = 8;
+constexpr int kMaxBlocks = 64;
+
+// One block's flags, one slot per writing rank. A row is a cache line of its
+// own (128 B: the GPU's L2 line), so blocks never share a line.
+struct alignas(128) FlagRow {
+  uint64_t from[kMaxRanks];
+};
+
+// A rank's signal pad: device memory, zeroed once when allocated, never reset.
+// Every flag only ever increases (the epochs of successive launches increase),
+// so a waiter compares with ">=" and a stale value from an earlier launch is
+// always below what the current launch waits for.
+struct SignalPad {
+  // In rank p's pad, barrier[b].from[r] is written only by block b of rank r
+  // (r != p): the epoch of the last barrier that block arrived at.
+  FlagRow barrier[kMaxBlocks];
+  // Ring only. In rank p's pad, ring_ready[b].from[r] is written only by block
+  // b of rank r = p - 1: epoch_base + the number of ring sends of the current
+  // launch whose data that block has finished writing into r's staging slots.
+  FlagRow ring_ready[kMaxBlocks];
+  // Ring only. In rank p's pad, ring_consumed[b].from[r] is written only by
+  // block b of rank r = p + 1: epoch_base + the number of p's sends that block
+  // has finished reading (so p may overwrite their slots).
+  FlagRow ring_consumed[kMaxBlocks];
+};
+
+enum class DeviceError : uint32_t { kNone = 0, kTimeout = 1 };
+
+// One per rank, in host-mapped pinned memory, zeroed by the host before the
+// first launch. A non-zero code means the launch that set it failed: the
+// communicator is broken and the host raises an error naming `peer`; it zeroes
+// the record again only once the ranks have set up afresh.
+struct DeviceStatus {
+  // DeviceError. Claimed from kNone by compare-and-swap, so the first block of
+  // this rank to time out writes the record and later ones leave it alone.
+  uint32_t code;
+  int32_t peer;    // the rank whose flag did not arrive
+  int32_t block;   // the block that waited for it
+  // 0 until the record is complete, then 1 (release store). Every block of this
+  // rank polls it while waiting so that all leave soon after the first fails;
+  // the host may poll it while the kernel runs.
+  uint32_t failed;
+  uint64_t epoch;  // the flag value that was waited for
+};
+
+// Pointers valid on this rank's device, indexed by rank.
+struct PeerMemory {
+  void* buffers[kMaxRanks];   // staging buffers, 16-byte aligned, buffer_bytes each
+  SignalPad* pads[kMaxRanks];
+  size_t buffer_bytes;        // the same on every rank
+};
+
+}  // namespace pycomm::cuda

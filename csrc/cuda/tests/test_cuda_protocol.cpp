@@ -1,0 +1,425 @@
+// The CUDA all-reduce kernels' protocol, proven on the CPU: the real kernel
+// bodies (one_shot / two_shot / ring_all_reduce.cuh) run on host threads, one
+// per (rank, block), over staging buffers and signal pads in host memory and
+// std::atomic_ref flags, under ThreadSanitizer in CI (scripts/native_tests.sh).
+//
+// Each thread runs its block of many launches back to back, so fast ranks
+// start launch i+1 while slow ones are still in launch i, reusing the pads
+// with increasing epochs: looser than a GPU (where a rank's next launch waits
+// for all its blocks), which the protocol allows since blocks are independent.
+// Results are checked bit for bit against the CPU core's reduce_sources (rank
+// order) and across ranks. Data are small integers, so every order of
+// combination (the ring's included) is exact and gives the same bits.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "../../core/kernels/reduce_kernels.h"
+#include "../../core/ring_schedule.h"
+#include "../../core/tests/check.h"
+#include "../all_reduce_args.h"
+#include "../all_reduce_dispatch.h"
+#include "../one_shot_all_reduce.cuh"
+#include "../ring_all_reduce.cuh"
+#include "../two_shot_all_reduce.cuh"
+
+namespace {
+
+using namespace pycomm;
+using cuda::CudaAlgorithm;
+using cuda::CudaAllReduceArgs;
+using cuda::DeviceStatus;
+using cuda::Lanes;
+using cuda::SignalPad;
+using core::DType;
+using core::ReduceOp;
+
+constexpr CudaAlgorithm kAlgorithms[] = {CudaAlgorithm::kOneShot, CudaAlgorithm::kTwoShot, CudaAlgorithm::kRing};
+constexpr DType kDTypes[] = {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
+                             DType::kInt8,    DType::kUInt8,   DType::kInt32,   DType::kInt64};
+constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kProduct};
+constexpr uint64_t kPatientNs = 60'000'000'000;  // no false timeouts, however slow the sanitizer
+
+struct alignas(64) Line {
+  unsigned char bytes[64];
+};
+
+// The memory of a host's ranks, as the launcher would see it on a GPU.
+struct HostRanks {
+  HostRanks(int world, size_t buffer_bytes) : pads(new SignalPad[size_t(world)]()), status(size_t(world)) {
+    for (int r = 0; r < world; ++r) buffers.emplace_back(new Line[buffer_bytes / sizeof(Line) + 1]());
+    peers.buffer_bytes = buffer_bytes;
+    for (int r = 0; r < world; ++r) {
+      peers.buffers[r] = buffers[size_t(r)].get();
+      peers.pads[r] = &pads[size_t(r)];
+    }
+  }
+  std::vector<std::unique_ptr<Line[]>> buffers;
+  std::unique_ptr<SignalPad[]> pads;
+  std::vector<DeviceStatus> status;
+  cuda::PeerMemory peers{};
+};
+
+template <class T, class R>
+bool run_body(CudaAlgorithm algorithm, const CudaAllReduceArgs& a, const Lanes& l) {
+  switch (algorithm) {
+    case CudaAlgorithm::kOneShot: return cuda::one_shot_all_reduce<T, R, cuda::HostBlockSync>(a, l);
+    case CudaAlgorithm::kTwoShot: return cuda::two_shot_all_reduce<T, R, cuda::HostBlockSync>(a, l);
+    case CudaAlgorithm::kRing: return cuda::ring_all_reduce<T, R, cuda::HostBlockSync>(a, l);
+  }
+  return false;
+}
+
+// Block `l.block` of a rank's launch, as the GPU would run it.
+bool run_block(const CudaAllReduceArgs& a, const Lanes& l) {
+  bool ok = false;
+  const bool known = cuda::dispatch_reduction(a.dtype, a.op, [&](auto type, auto reduction) {
+    ok = run_body<decltype(type), decltype(reduction)>(a.algorithm, a, l);
+  });
+  return known && ok;
+}
+
+// Small integers: sums, maxima and minima are exact in every type, products
+// (of values in {-1, 1, 2}, or {1, 2, 3} unsigned) exact or wrapping.
+int test_value(DType t, ReduceOp op, int rank, int iteration, size_t i) {
+  const size_t mix = i * 7 + size_t(rank) * 13 + size_t(iteration) * 5;
+  const bool is_unsigned = t == DType::kUInt8;
+  if (op == ReduceOp::kProduct) return is_unsigned ? int(mix % 3) + 1 : (mix % 3 == 0 ? -1 : int(mix % 3));
+  return int(mix % 9) - (is_unsigned ? 0 : 4);
+}
+
+void store_value(DType t, void* p, size_t i, int v) {
+  switch (t) {
+    case DType::kFloat32: static_cast<float*>(p)[i] = float(v); break;
+    case DType::kFloat64: static_cast<double*>(p)[i] = double(v); break;
+    case DType::kFloat16: static_cast<core::Half*>(p)[i] = core::to_half(float(v)); break;
+    case DType::kBFloat16: static_cast<core::BFloat16*>(p)[i] = core::to_bfloat16(float(v)); break;
+    case DType::kInt8: static_cast<int8_t*>(p)[i] = int8_t(v); break;
+    case DType::kUInt8: static_cast<uint8_t*>(p)[i] = uint8_t(v); break;
+    case DType::kInt32: static_cast<int32_t*>(p)[i] = int32_t(v); break;
+    case DType::kInt64: static_cast<int64_t*>(p)[i] = int64_t(v); break;
+  }
+}
+
+struct Case {
+  CudaAlgorithm algorithm;
+  int world;
+  int blocks;
+  DType dtype;
+  ReduceOp op;
+  size_t count;
+  size_t buffer_bytes = 2048;
+  int iterations = 3;
+  bool in_place = false;
+  bool unaligned = false;  // tensors one element off 16-byte alignment: the scalar path
+};
+
+void report(const Case& c, const char* what) {
+  std::fprintf(stderr, "  %s: %s world=%d blocks=%d %s %s count=%zu buffer=%zu%s%s\n", what,
+               cuda::cuda_algorithm_name(c.algorithm), c.world, c.blocks, core::dtype_name(c.dtype),
+               core::op_name(c.op), c.count, c.buffer_bytes, c.in_place ? " in-place" : "",
+               c.unaligned ? " unaligned" : "");
+}
+
+// What the host may do once a launch has ended on a rank: reuse its staging
+// buffer. Each block overwrites its own part when it returns, which races
+// (under TSan) with any peer still reading it.
+void scribble_own_staging(const CudaAllReduceArgs& a, int block, int blocks) {
+  unsigned char* buffer = static_cast<unsigned char*>(a.peers.buffers[a.rank]);
+  if (a.algorithm == CudaAlgorithm::kRing) {
+    const size_t slot = cuda::ring_layout(a.peers.buffer_bytes, blocks, core::dtype_size(a.dtype),
+                                          core::accum_size(a.dtype)).slot_bytes;
+    for (int s = 0; s < cuda::kRingSlots; ++s) std::memset(buffer + (size_t(s) * size_t(blocks) + size_t(block)) * slot, 0xff, slot);
+  } else {
+    const size_t region = cuda::block_region_bytes(a.peers.buffer_bytes, blocks);
+    std::memset(buffer + size_t(block) * region, 0xff, region);
+  }
+}
+
+// Runs c.iterations launches back to back on every (rank, block) thread and
+// checks every rank's every result.
+void run_case(const Case& c) {
+  const size_t elem = core::dtype_size(c.dtype);
+  const size_t offset = c.unaligned ? elem : 0;
+  const size_t lines = (c.count * elem + offset) / sizeof(Line) + 1;
+  HostRanks host(c.world, c.buffer_bytes);
+  auto fresh = [&] { return std::unique_ptr<Line[]>(new Line[lines]()); };
+  // [iteration][rank]: the input as generated, the tensor passed in (the input
+  // itself when in place) and what comes out.
+  std::vector<std::vector<std::unique_ptr<Line[]>>> pristine(size_t(c.iterations)), input(size_t(c.iterations)),
+      output(size_t(c.iterations));
+  auto at = [&](const std::unique_ptr<Line[]>& l) { return reinterpret_cast<unsigned char*>(l.get()) + offset; };
+  for (int it = 0; it < c.iterations; ++it) {
+    for (int r = 0; r < c.world; ++r) {
+      pristine[size_t(it)].push_back(fresh());
+      for (size_t i = 0; i < c.count; ++i) store_value(c.dtype, at(pristine[size_t(it)].back()), i, test_value(c.dtype, c.op, r, it, i));
+      input[size_t(it)].push_back(fresh());
+      std::memcpy(at(input[size_t(it)].back()), at(pristine[size_t(it)].back()), c.count * elem);
+      if (!c.in_place) output[size_t(it)].push_back(fresh());
+    }
+  }
+  auto out_of = [&](int it, int r) { return at((c.in_place ? input : output)[size_t(it)][size_t(r)]); };
+
+  CudaAllReduceArgs proto{};
+  proto.world = c.world;
+  proto.peers = host.peers;
+  proto.count = c.count;
+  proto.dtype = c.dtype;
+  proto.op = c.op;
+  proto.algorithm = c.algorithm;
+  proto.timeout_ns = kPatientNs;
+  proto.blocks = c.blocks;
+  CHECK(cuda::check_args([&] { CudaAllReduceArgs a = proto; a.input = a.output = &host; a.status = &host.status[0]; return a; }()) == nullptr);
+
+  std::atomic<int> failed_blocks{0};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < c.world; ++r) {
+    for (int b = 0; b < c.blocks; ++b) {
+      threads.emplace_back([&, r, b] {
+        CudaAllReduceArgs a = proto;
+        a.rank = r;
+        a.status = &host.status[size_t(r)];
+        for (int it = 0; it < c.iterations; ++it) {
+          a.input = at(input[size_t(it)][size_t(r)]);
+          a.output = out_of(it, r);
+          if (!run_block(a, Lanes{0, 1, b, c.blocks})) ++failed_blocks;
+          a.epoch_base += cuda::epochs_used(a);
+        }
+        scribble_own_staging(a, b, c.blocks);
+      });
+    }
+  }
+  for (std::thread& t : threads) t.join();
+
+  int wrong = failed_blocks.load();
+  std::vector<unsigned char> expected(c.count * elem + 1);
+  for (int it = 0; it < c.iterations; ++it) {
+    std::vector<const void*> srcs;
+    for (int r = 0; r < c.world; ++r) srcs.push_back(at(pristine[size_t(it)][size_t(r)]));
+    core::reduce_sources(c.dtype, c.op, expected.data(), srcs.data(), c.world, c.count, c.world);
+    for (int r = 0; r < c.world; ++r) {
+      if (std::memcmp(out_of(it, r), expected.data(), c.count * elem) != 0) ++wrong;
+      if (std::memcmp(out_of(it, r), out_of(it, 0), c.count * elem) != 0) ++wrong;
+    }
+  }
+  // epochs_used is what the kernels use: the largest flag written is the last base.
+  uint64_t largest = 0;
+  for (int r = 0; r < c.world; ++r) {
+    for (int b = 0; b < cuda::kMaxBlocks; ++b) {
+      for (int p = 0; p < cuda::kMaxRanks; ++p) {
+        const SignalPad& pad = host.pads[size_t(r)];
+        largest = std::max({largest, pad.barrier[b].from[p], pad.ring_ready[b].from[p], pad.ring_consumed[b].from[p]});
+      }
+    }
+  }
+  CudaAllReduceArgs a = proto;
+  uint64_t final_base = 0;
+  for (int it = 0; it < c.iterations; ++it) final_base += cuda::epochs_used(a);
+  if (largest != final_base) ++wrong;
+  for (const DeviceStatus& s : host.status) wrong += s.code != 0 ? 1 : 0;
+  CHECK_EQ(wrong, 0);
+  if (wrong != 0) report(c, "wrong");
+}
+
+TEST(layout_matches_core_ring_schedule) {
+  for (size_t count : {0, 1, 7, 8, 31, 1023, 1000003}) {
+    for (int parts = 1; parts <= 8; ++parts) {
+      size_t next = 0;
+      for (int p = 0; p < parts; ++p) {
+        const core::Range want = core::chunk_range(count, parts, p);
+        const cuda::ElemRange got = cuda::split_aligned(cuda::ElemRange{0, count}, parts, p, 1);
+        CHECK_EQ(got.begin, want.begin);
+        CHECK_EQ(got.end, want.end);
+        // Aligned splits tile the range too, each part starting on a vector.
+        const cuda::ElemRange v = cuda::split_aligned(cuda::ElemRange{0, count}, parts, p, 8);
+        CHECK_EQ(v.begin, next);
+        CHECK(v.begin % 8 == 0 || v.begin == count);
+        next = v.end;
+      }
+      CHECK_EQ(next, count);
+    }
+  }
+  for (int world = 2; world <= 8; ++world) {
+    for (int r = 0; r < world; ++r) {
+      for (int s = 0; s < world - 1; ++s) {
+        CHECK_EQ(cuda::ring_rs_send_chunk(r, s, world), core::rs_send_chunk(r, s, world));
+        CHECK_EQ(cuda::ring_rs_recv_chunk(r, s, world), core::rs_recv_chunk(r, s, world));
+        CHECK_EQ(cuda::ring_ag_recv_chunk(r, s, world), core::ag_recv_chunk(r, s, world));
+      }
+      CHECK_EQ(core::owned_chunk(r, world), r);  // the ring's finish step reduces chunk `rank`
+    }
+  }
+}
+
+TEST(two_shot_layout_fits_the_buffer) {
+  for (size_t bytes : {16, 64, 100, 2048, 1 << 20}) {
+    for (int world = 2; world <= 8; ++world) {
+      for (DType t : kDTypes) {
+        const size_t elem = core::dtype_size(t);
+        const cuda::TwoShotLayout l = cuda::two_shot_layout(bytes, elem, world);
+        const size_t largest_chunk = cuda::split_aligned(cuda::ElemRange{0, l.piece_elems}, world, 0, 16 / elem).size();
+        CHECK((l.result_offset + largest_chunk) * elem <= bytes);
+      }
+    }
+  }
+}
+
+TEST(check_args_rejects) {
+  HostRanks host(2, 1024);
+  CudaAllReduceArgs a{};
+  a.world = 2;
+  a.peers = host.peers;
+  a.input = a.output = &host;
+  a.count = 10;
+  a.dtype = DType::kInt32;
+  a.op = ReduceOp::kSum;
+  a.algorithm = CudaAlgorithm::kRing;
+  a.timeout_ns = 1;
+  a.status = &host.status[0];
+  a.blocks = 4;
+  CHECK(cuda::check_args(a) == nullptr);
+  a.op = ReduceOp::kAvg;
+  CHECK(cuda::check_args(a) != nullptr);  // avg of integers
+  a.op = ReduceOp::kSum;
+  a.blocks = 65;
+  CHECK(cuda::check_args(a) != nullptr);
+  a.blocks = 64;  // 1024 bytes cut into 4 slots x 64 blocks: no room for a vector
+  CHECK(cuda::check_args(a) != nullptr);
+  a.blocks = 4;
+  a.peers.buffers[1] = static_cast<char*>(a.peers.buffers[1]) + 4;
+  CHECK(cuda::check_args(a) != nullptr);
+}
+
+// Every algorithm x world 1..4 x block counts x the count grid (0, 1, 7, 1023,
+// larger than the staging buffer), in and out of place, aligned or not.
+TEST(all_reduce_counts_worlds_blocks) {
+  for (CudaAlgorithm alg : kAlgorithms) {
+    for (int world = 1; world <= 4; ++world) {
+      for (int blocks : {1, 3}) {
+        for (size_t count : {0, 1, 7, 1023, 4099}) {
+          for (DType t : {DType::kFloat32, DType::kBFloat16}) {
+            Case c{alg, world, blocks, t, t == DType::kFloat32 ? ReduceOp::kSum : ReduceOp::kAvg, count};
+            c.in_place = (count + size_t(blocks)) % 2 == 0;
+            c.unaligned = count == 1023 && t == DType::kBFloat16;
+            run_case(c);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Every dtype x op, on every algorithm.
+TEST(all_reduce_dtypes_ops) {
+  for (CudaAlgorithm alg : kAlgorithms) {
+    for (DType t : kDTypes) {
+      for (ReduceOp op : kOps) {
+        if (op == ReduceOp::kAvg && !core::is_floating(t)) continue;
+        run_case(Case{alg, 3, 2, t, op, 1029});
+      }
+    }
+  }
+}
+
+TEST(all_reduce_world_8) {
+  for (CudaAlgorithm alg : kAlgorithms) run_case(Case{alg, 8, 2, DType::kFloat16, ReduceOp::kSum, 5003});
+}
+
+// Many launches back to back through small staging buffers: the pads' reuse.
+TEST(all_reduce_back_to_back) {
+  for (CudaAlgorithm alg : kAlgorithms) {
+    Case c{alg, 4, 2, DType::kFloat32, ReduceOp::kSum, 301};
+    c.buffer_bytes = 512;
+    c.iterations = 40;
+    run_case(c);
+  }
+}
+
+// Ranks 0..world-1 but `absent` run `launches` launches with a short timeout;
+// `absent` runs only `absent_launches` of them. Checks that every running
+// block returns, that each rank's status names `absent`, and the time it took.
+void run_absent_rank(CudaAlgorithm alg, int absent_launches) {
+  const int world = 3, blocks = 2, absent = 2, launches = absent_launches + 2;
+  constexpr uint64_t kTimeoutNs = 50'000'000;
+  HostRanks host(world, 1024);
+  std::vector<float> data(size_t(world) * 1000, 1.0f);
+  std::atomic<int> failures{0};
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    for (int b = 0; b < blocks; ++b) {
+      threads.emplace_back([&, r, b] {
+        CudaAllReduceArgs a{};
+        a.rank = r;
+        a.world = world;
+        a.peers = host.peers;
+        a.input = a.output = &data[size_t(r) * 1000];
+        a.count = 1000;
+        a.dtype = DType::kFloat32;
+        a.op = ReduceOp::kMax;
+        a.algorithm = alg;
+        a.timeout_ns = kTimeoutNs;
+        a.status = &host.status[size_t(r)];
+        a.blocks = blocks;
+        for (int it = 0; it < (r == absent ? absent_launches : launches); ++it) {
+          if (!run_block(a, Lanes{0, 1, b, blocks})) {
+            ++failures;
+            return;  // as the kernel ends; the host launches no more
+          }
+          a.epoch_base += cuda::epochs_used(a);
+        }
+      });
+    }
+  }
+  for (std::thread& t : threads) t.join();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK_EQ(failures.load(), (world - 1) * blocks);
+  CHECK(seconds < 5.0);  // one timeout each, however slow the sanitizer
+  for (int r = 0; r < world; ++r) {
+    const DeviceStatus& s = host.status[size_t(r)];
+    if (r == absent) {
+      CHECK_EQ(s.code, 0u);
+      continue;
+    }
+    CHECK_EQ(s.code, uint32_t(cuda::DeviceError::kTimeout));
+    CHECK_EQ(s.failed, 1u);
+    CHECK_EQ(s.peer, absent);
+    CHECK(s.block >= 0 && s.block < blocks);
+    // The first barrier of the launch the absent rank missed.
+    CudaAllReduceArgs a{};
+    a.world = world;
+    a.peers = host.peers;
+    a.count = 1000;
+    a.dtype = DType::kFloat32;
+    a.algorithm = alg;
+    a.blocks = blocks;
+    CHECK_EQ(s.epoch, cuda::epochs_used(a) * uint64_t(absent_launches) + 1);
+  }
+}
+
+TEST(absent_rank_is_named_by_every_rank) {
+  for (CudaAlgorithm alg : kAlgorithms) {
+    run_absent_rank(alg, 0);  // never arrives
+    run_absent_rank(alg, 2);  // leaves after two launches
+  }
+}
+
+// A block waiting with a long deadline leaves at once when another block of
+// its rank has failed.
+TEST(failed_flag_releases_waiting_blocks) {
+  HostRanks host(2, 1024);
+  host.status[0].failed = 1;
+  const cuda::Waiter w{&host.status[0], 3'600'000'000'000, 0};
+  const auto start = std::chrono::steady_clock::now();
+  CHECK(!cuda::block_barrier(host.peers.pads, 0, 2, 0, 1, w));
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+  CHECK_EQ(host.status[0].code, 0u);  // only the first failure is recorded
+}
+
+}  // namespace
+
+TEST_MAIN
