@@ -46,13 +46,13 @@ def threads_lines(out):
                 continue
             parts = []
             for r in rs:
-                ceiling = r.get("ceiling_us")
-                frac = f" ({ceiling / r['us']:.2f} of ceiling)" if ceiling and r.get("us") else ""
-                parts.append(f"{r.get('algorithm')} {r.get('us', float('nan')):.1f} us{frac}"
+                floor = r.get("floor_us")  # the HBM-bound time measured in the same run
+                frac = f" ({floor / r['time_us']:.2f} of the memory bound)" if floor else ""
+                parts.append(f"{r['algorithm']} {r['time_us']:.1f} us{frac}"
                              f"{'' if not r.get('wrong') else ' WRONG ' + str(r['wrong'])}")
             lines.append(f"threads x{n} {_size(size):>6}: " + "; ".join(parts))
-        if "empty_kernel_us" in data:
-            lines.append(f"threads x{n} launch floor: {data['empty_kernel_us']:.1f} us")
+        if "empty_launch_us" in data:
+            lines.append(f"threads x{n} empty kernel launch: {data['empty_launch_us']:.1f} us")
     return lines
 
 

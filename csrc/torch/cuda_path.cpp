@@ -5,13 +5,14 @@
 #include "tensor_checks.h"
 
 #ifdef PYCOMM_WITH_CUDA
-#include <ATen/cuda/CUDAContext.h>
-#include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 #include <sched.h>
+
+#include <cstring>
 
 #include <sstream>
 #include <thread>
@@ -57,6 +58,23 @@ core::Algorithm core_algorithm_of(cuda::CudaAlgorithm a) {
   return core::Algorithm::kAuto;
 }
 
+// An event of the current device, for ordering only (no timing). Plain
+// runtime calls rather than ATen's CUDAEvent, whose header pulls in the CUDA
+// libraries' headers (cuSPARSE, cuBLAS) that a bare toolkit may lack.
+class OrderEvent {
+ public:
+  OrderEvent() { C10_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming)); }
+  ~OrderEvent() { cudaEventDestroy(event_); }
+  OrderEvent(const OrderEvent&) = delete;
+  OrderEvent& operator=(const OrderEvent&) = delete;
+  void record(cudaStream_t s) { C10_CUDA_CHECK(cudaEventRecord(event_, s)); }
+  void block(cudaStream_t s) const { C10_CUDA_CHECK(cudaStreamWaitEvent(s, event_, 0)); }
+  cudaError_t query() const { return cudaEventQuery(event_); }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
 }  // namespace
 
 class CudaPath {
@@ -66,7 +84,7 @@ class CudaPath {
   CudaPath(const core::Context& ctx, int device)
       : memory_(ctx.session, ctx.path, device, ctx.tuning.cuda_buffer_bytes,
                 cuda::signal_pad_bytes()),
-        done_(cudaEventDisableTiming) {
+        done_() {
     // Written by the kernels (an error record) and by this host thread (the
     // stop flag), read by both: pinned host memory mapped into the device.
     C10_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&status_), sizeof(cuda::DeviceStatus),
@@ -84,7 +102,7 @@ class CudaPath {
   // Runs on `stream` once `ready` has completed, and returns when the kernel
   // finished.
   void all_reduce(const core::Context& ctx, const core::AllReduceArgs& a,
-                  const at::cuda::CUDAEvent& ready, const c10::cuda::CUDAStream& stream) {
+                  const OrderEvent& ready, const c10::cuda::CUDAStream& stream) {
     core::Session& session = ctx.session;
     session.begin("all_reduce");
     const int world = session.world();
@@ -98,7 +116,7 @@ class CudaPath {
                                            core_algorithm_of(algo), &a.op, world));
     if (a.count == 0) return;
 
-    ready.block(stream);
+    ready.block(stream.stream());
     cuda::CudaAllReduceArgs k;
     k.rank = session.rank();
     k.world = world;
@@ -124,7 +142,7 @@ class CudaPath {
     C10_CUDA_CHECK(cuda::launch_all_reduce(k, stream.stream()));
     // Every rank advances the same way: the same collectives, in the same order.
     epoch_ += cuda::epochs_used(k);
-    done_.record(stream);
+    done_.record(stream.stream());
     watch(session);
   }
 
@@ -138,7 +156,7 @@ class CudaPath {
     const uint64_t yield_end = spin_end + uint64_t(policy.yield_us * 1e3);
     const uint64_t backstop = start + session.remaining_ns() + kHostBackstopNs;
     for (;;) {
-      const cudaError_t q = cudaEventQuery(done_.event());
+      const cudaError_t q = done_.query();
       if (q == cudaSuccess) break;
       if (q != cudaErrorNotReady) C10_CUDA_CHECK(q);
       const uint64_t now = core::monotonic_ns();
@@ -160,12 +178,12 @@ class CudaPath {
         std::this_thread::sleep_for(std::chrono::microseconds(20));
       }
     }
-    const cuda::DeviceStatus seen = *const_cast<const volatile cuda::DeviceStatus*>(status_);
-    if (seen.code != 0) {
+    // `failed` is stored (release) after the record's other fields.
+    if (__atomic_load_n(&status_->failed, __ATOMIC_ACQUIRE) != 0 && status_->code != 0) {
       std::ostringstream os;
       os << "pycomm: all_reduce (cuda) on rank " << session.rank() << " timed out after "
-         << policy.timeout_s << " s on the GPU: still waiting for rank " << seen.peer
-         << " (block " << seen.block << ", epoch " << seen.epoch << ")";
+         << policy.timeout_s << " s on the GPU: still waiting for rank " << status_->peer
+         << " (block " << status_->block << ", epoch " << status_->epoch << ")";
       throw core::CommTimeout(session.abort(os.str()));
     }
   }
@@ -176,14 +194,14 @@ class CudaPath {
     // The kernels poll `failed` in every wait and leave when it is set.
     __atomic_store_n(&status_->failed, 1u, __ATOMIC_RELEASE);
     const uint64_t give_up = core::monotonic_ns() + kStopGraceNs;
-    while (cudaEventQuery(done_.event()) == cudaErrorNotReady && core::monotonic_ns() < give_up) {
+    while (done_.query() == cudaErrorNotReady && core::monotonic_ns() < give_up) {
       std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
     cudaGetLastError();
   }
 
   cuda::IpcDataPath memory_;
-  at::cuda::CUDAEvent done_;
+  OrderEvent done_;
   cuda::DeviceStatus* status_ = nullptr;         // host view
   cuda::DeviceStatus* status_device_ = nullptr;  // the kernels' view of the same memory
   uint64_t epoch_ = 0;  // the last epoch used; the next launch starts above it
@@ -200,8 +218,9 @@ Job cuda_all_reduce_job(Communicator& comm, const at::Tensor& tensor, const char
   const int device = tensor.get_device();
   // Recorded now, on the caller's stream: the kernel waits for what the
   // caller queued before this call, and nothing after.
-  auto ready = std::make_shared<at::cuda::CUDAEvent>(cudaEventDisableTiming);
-  ready->record(at::cuda::getCurrentCUDAStream(c10::DeviceIndex(device)));
+  c10::cuda::CUDAGuard guard{static_cast<c10::DeviceIndex>(device)};
+  auto ready = std::make_shared<OrderEvent>();
+  ready->record(c10::cuda::getCurrentCUDAStream(c10::DeviceIndex(device)).stream());
   // Any stream of the pool serves: the host runs the jobs one after the other,
   // each to its end, so their order is the queue's whatever the stream.
   const c10::cuda::CUDAStream stream =
@@ -212,7 +231,7 @@ Job cuda_all_reduce_job(Communicator& comm, const at::Tensor& tensor, const char
   job.stream = stream;
   auto& path = comm.cuda_path();
   job.body = [&path, args, ready, stream, device, arg](const core::Context& ctx) {
-    c10::cuda::CUDAGuard guard(c10::DeviceIndex(device));
+    c10::cuda::CUDAGuard guard{static_cast<c10::DeviceIndex>(device)};
     if (!path) path.reset(new CudaPath(ctx, device));
     TORCH_CHECK_VALUE(path->device() == device, arg, ": on cuda:", device,
                       ", but this communicator's CUDA buffers are on cuda:", path->device(),
