@@ -28,8 +28,9 @@ inline const char* cuda_algorithm_name(CudaAlgorithm a) {
   return "unknown";
 }
 
-// Every field but input, output, status and rank must be equal on all ranks
-// (the glue checks that with the session's fingerprint before launching).
+// Every field but rank, peers (each rank's own mapping of the same memory),
+// input, output and status must be equal on all ranks (the glue checks that
+// with the session's fingerprint before launching).
 struct CudaAllReduceArgs {
   int rank;
   int world;             // 1 .. kMaxRanks
@@ -48,9 +49,11 @@ struct CudaAllReduceArgs {
 
 constexpr unsigned kAllReduceThreads = 512;
 
-// Defaults, untuned until measured on a GPU (bench/threads_all_reduce_bench.cu):
-// one-shot moves world times the bytes of the others but has the fewest
-// steps; the ring has the most steps but touches only neighbours.
+// Defaults, untuned until measured on a GPU (bench/threads_all_reduce_bench.cu).
+// One-shot has one barrier before its reads but reads world - 1 peers' whole
+// inputs; two-shot reads 2 (world-1)/world of the data in two rounds; the ring
+// reads as much in 2 (world-1) steps, from one neighbour only. With two ranks
+// one-shot reads no more than the others.
 inline CudaAlgorithm choose_algorithm(int world, size_t bytes) {
   if (world <= 2 || bytes <= (size_t(256) << 10)) return CudaAlgorithm::kOneShot;
   if (bytes <= (size_t(8) << 20)) return CudaAlgorithm::kTwoShot;

@@ -8,12 +8,15 @@
 //
 // Block independence: in every algorithm, block b of every rank touches only
 // its own share of the elements, in input and output, and its own region of
-// every staging buffer, the same region for the whole launch and every launch
-// (a region reused for another block's data could still be read by a peer's
-// block that has not yet passed its barrier). It synchronises with block b
-// of the other ranks only (its flags are pad.barrier[b] and pad.ring_*[b]), so
-// blocks never wait for each other, and the split must be the same function
-// of (count, world, blocks, buffer size) on every rank.
+// every staging buffer, the same region for the whole launch (a region reused
+// for another block's data could still be read by a peer's block that has
+// not yet passed its barrier). Regions move when the next launch has another
+// block count: safe, since no peer reads a rank's staging buffer once that
+// rank's launch has ended (every algorithm ends waiting for that). Block b
+// synchronises with block b of the other ranks only (its flags are
+// pad.barrier[b] and pad.ring_*[b]), so blocks never wait for each other, and
+// the split must be the same function of (count, world, blocks, buffer size)
+// on every rank.
 #pragma once
 
 #include <cstddef>

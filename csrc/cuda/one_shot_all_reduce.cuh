@@ -28,7 +28,7 @@ PYCOMM_HD void copy_alone(const CudaAllReduceArgs& a, const Lanes& l) {
   const T* in = static_cast<const T*>(a.input);
   T* out = static_cast<T*>(a.output);
   if (in == out) return;
-  const ElemRange mine = split_aligned(ElemRange{0, a.count}, l.blocks, l.block, kVectorWidth<T>);
+  const ElemRange mine = block_share(a.count, l.blocks, l.block, kVectorWidth<T>);
   copy_elements(l, out + mine.begin, static_cast<T*>(nullptr), in + mine.begin, mine.size(),
                 is_vector_aligned(in) && is_vector_aligned(out));
 }

@@ -61,7 +61,7 @@ PYCOMM_HD bool wait_for_flag(const uint64_t* flag, uint64_t target, int peer, co
       }
       if (load_acquire(&w.status->failed) != 0) return false;
     }
-    spin_pause();
+    spin_pause(polls);
   }
 }
 

@@ -66,12 +66,17 @@ PYCOMM_HD uint64_t clock_ns() {
 #endif
 }
 
-// Between two polls of a flag. A GPU thread polls flat out (it owns its SM
-// slot); a host thread yields, because in the protocol test many more threads
-// than cores spin and the one being waited for must get to run.
-PYCOMM_HD void spin_pause() {
+// Between two polls of a flag, the `polls`-th. A GPU thread polls flat out (it
+// owns its SM slot). A host thread yields, then sleeps: in the protocol test
+// many more threads than cores wait, on a machine shared with other jobs, and
+// the thread being waited for must get a core.
+PYCOMM_HD void spin_pause(unsigned polls) {
 #if !defined(__CUDA_ARCH__)
-  std::this_thread::yield();
+  if (polls < 16) {
+    std::this_thread::yield();
+  } else {
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
 #endif
 }
 

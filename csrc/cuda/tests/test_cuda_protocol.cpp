@@ -12,6 +12,7 @@
 // combination (the ring's included) is exact and gives the same bits.
 #include <algorithm>
 #include <atomic>
+#include <barrier>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -116,110 +117,156 @@ struct Case {
   int iterations = 3;
   bool in_place = false;
   bool unaligned = false;  // tensors one element off 16-byte alignment: the scalar path
+  // Launch i cycles through the algorithms, 1..blocks blocks and several
+  // counts up to `count`, as a communicator's launches do. A rank's blocks
+  // then meet between launches, as its stream orders them on a GPU: a launch
+  // with another block count gives blocks other staging regions, which is safe
+  // only because no peer reads a rank's staging once its launch has ended.
+  bool mixed = false;
 };
 
+struct Launch {
+  CudaAlgorithm algorithm;
+  int blocks;
+  size_t count;
+};
+
+std::vector<Launch> launches_of(const Case& c) {
+  std::vector<Launch> launches;
+  for (int it = 0; it < c.iterations; ++it) {
+    if (!c.mixed) {
+      launches.push_back({c.algorithm, c.blocks, c.count});
+    } else {
+      const size_t counts[] = {c.count, 1, c.count / 2 + 3, 0, 7};
+      launches.push_back({kAlgorithms[size_t(it) % 3], 1 + it % c.blocks, counts[size_t(it) % 5]});
+    }
+  }
+  return launches;
+}
+
 void report(const Case& c, const char* what) {
-  std::fprintf(stderr, "  %s: %s world=%d blocks=%d %s %s count=%zu buffer=%zu%s%s\n", what,
+  std::fprintf(stderr, "  %s: %s world=%d blocks=%d %s %s count=%zu buffer=%zu%s%s%s\n", what,
                cuda::cuda_algorithm_name(c.algorithm), c.world, c.blocks, core::dtype_name(c.dtype),
                core::op_name(c.op), c.count, c.buffer_bytes, c.in_place ? " in-place" : "",
-               c.unaligned ? " unaligned" : "");
+               c.unaligned ? " unaligned" : "", c.mixed ? " mixed" : "");
 }
 
 // What the host may do once a launch has ended on a rank: reuse its staging
 // buffer. Each block overwrites its own part when it returns, which races
 // (under TSan) with any peer still reading it.
-void scribble_own_staging(const CudaAllReduceArgs& a, int block, int blocks) {
+void scribble_own_staging(const CudaAllReduceArgs& a, int block) {
   unsigned char* buffer = static_cast<unsigned char*>(a.peers.buffers[a.rank]);
   if (a.algorithm == CudaAlgorithm::kRing) {
-    const size_t slot = cuda::ring_layout(a.peers.buffer_bytes, blocks, core::dtype_size(a.dtype),
+    const size_t slot = cuda::ring_layout(a.peers.buffer_bytes, a.blocks, core::dtype_size(a.dtype),
                                           core::accum_size(a.dtype)).slot_bytes;
-    for (int s = 0; s < cuda::kRingSlots; ++s) std::memset(buffer + (size_t(s) * size_t(blocks) + size_t(block)) * slot, 0xff, slot);
+    for (int s = 0; s < cuda::kRingSlots; ++s) std::memset(buffer + (size_t(s) * size_t(a.blocks) + size_t(block)) * slot, 0xff, slot);
   } else {
-    const size_t region = cuda::block_region_bytes(a.peers.buffer_bytes, blocks);
+    const size_t region = cuda::block_region_bytes(a.peers.buffer_bytes, a.blocks);
     std::memset(buffer + size_t(block) * region, 0xff, region);
   }
 }
 
-// Runs c.iterations launches back to back on every (rank, block) thread and
+// Runs the case's launches back to back on every (rank, block) thread and
 // checks every rank's every result.
 void run_case(const Case& c) {
+  const std::vector<Launch> launches = launches_of(c);
   const size_t elem = core::dtype_size(c.dtype);
   const size_t offset = c.unaligned ? elem : 0;
-  const size_t lines = (c.count * elem + offset) / sizeof(Line) + 1;
+  size_t most_count = 0;
+  int most_blocks = 0;
+  for (const Launch& l : launches) {
+    most_count = std::max(most_count, l.count);
+    most_blocks = std::max(most_blocks, l.blocks);
+  }
+  const size_t lines = (most_count * elem + offset) / sizeof(Line) + 1;
   HostRanks host(c.world, c.buffer_bytes);
   auto fresh = [&] { return std::unique_ptr<Line[]>(new Line[lines]()); };
-  // [iteration][rank]: the input as generated, the tensor passed in (the input
+  // [launch][rank]: the input as generated, the tensor passed in (the input
   // itself when in place) and what comes out.
-  std::vector<std::vector<std::unique_ptr<Line[]>>> pristine(size_t(c.iterations)), input(size_t(c.iterations)),
-      output(size_t(c.iterations));
+  const size_t n = launches.size();
+  std::vector<std::vector<std::unique_ptr<Line[]>>> pristine(n), input(n), output(n);
   auto at = [&](const std::unique_ptr<Line[]>& l) { return reinterpret_cast<unsigned char*>(l.get()) + offset; };
-  for (int it = 0; it < c.iterations; ++it) {
+  for (size_t it = 0; it < n; ++it) {
     for (int r = 0; r < c.world; ++r) {
-      pristine[size_t(it)].push_back(fresh());
-      for (size_t i = 0; i < c.count; ++i) store_value(c.dtype, at(pristine[size_t(it)].back()), i, test_value(c.dtype, c.op, r, it, i));
-      input[size_t(it)].push_back(fresh());
-      std::memcpy(at(input[size_t(it)].back()), at(pristine[size_t(it)].back()), c.count * elem);
-      if (!c.in_place) output[size_t(it)].push_back(fresh());
+      pristine[it].push_back(fresh());
+      for (size_t i = 0; i < launches[it].count; ++i)
+        store_value(c.dtype, at(pristine[it].back()), i, test_value(c.dtype, c.op, r, int(it), i));
+      input[it].push_back(fresh());
+      std::memcpy(at(input[it].back()), at(pristine[it].back()), launches[it].count * elem);
+      if (!c.in_place) output[it].push_back(fresh());
     }
   }
-  auto out_of = [&](int it, int r) { return at((c.in_place ? input : output)[size_t(it)][size_t(r)]); };
+  auto out_of = [&](size_t it, int r) { return at((c.in_place ? input : output)[it][size_t(r)]); };
 
   CudaAllReduceArgs proto{};
   proto.world = c.world;
   proto.peers = host.peers;
-  proto.count = c.count;
   proto.dtype = c.dtype;
   proto.op = c.op;
-  proto.algorithm = c.algorithm;
   proto.timeout_ns = kPatientNs;
-  proto.blocks = c.blocks;
-  CHECK(cuda::check_args([&] { CudaAllReduceArgs a = proto; a.input = a.output = &host; a.status = &host.status[0]; return a; }()) == nullptr);
+  proto.status = &host.status[0];
+  auto args_of = [&](CudaAllReduceArgs a, const Launch& l) {
+    a.algorithm = l.algorithm;
+    a.blocks = l.blocks;
+    a.count = l.count;
+    return a;
+  };
+  for (const Launch& l : launches) {
+    CudaAllReduceArgs a = args_of(proto, l);
+    a.input = a.output = &host;
+    CHECK(cuda::check_args(a) == nullptr);
+  }
 
+  std::vector<std::unique_ptr<std::barrier<>>> launch_ends;
+  for (int r = 0; r < c.world; ++r) launch_ends.emplace_back(new std::barrier<>(most_blocks));
   std::atomic<int> failed_blocks{0};
   std::vector<std::thread> threads;
   for (int r = 0; r < c.world; ++r) {
-    for (int b = 0; b < c.blocks; ++b) {
+    for (int b = 0; b < most_blocks; ++b) {
       threads.emplace_back([&, r, b] {
         CudaAllReduceArgs a = proto;
         a.rank = r;
         a.status = &host.status[size_t(r)];
-        for (int it = 0; it < c.iterations; ++it) {
-          a.input = at(input[size_t(it)][size_t(r)]);
+        for (size_t it = 0; it < n; ++it) {
+          a = args_of(a, launches[it]);
+          a.input = at(input[it][size_t(r)]);
           a.output = out_of(it, r);
-          if (!run_block(a, Lanes{0, 1, b, c.blocks})) ++failed_blocks;
+          if (b < a.blocks && !run_block(a, Lanes{0, 1, b, a.blocks})) ++failed_blocks;
+          if (c.mixed) launch_ends[size_t(r)]->arrive_and_wait();
           a.epoch_base += cuda::epochs_used(a);
         }
-        scribble_own_staging(a, b, c.blocks);
+        if (b < a.blocks) scribble_own_staging(a, b);
       });
     }
   }
   for (std::thread& t : threads) t.join();
 
   int wrong = failed_blocks.load();
-  std::vector<unsigned char> expected(c.count * elem + 1);
-  for (int it = 0; it < c.iterations; ++it) {
+  std::vector<unsigned char> expected(most_count * elem + 1);
+  uint64_t final_base = 0;
+  for (size_t it = 0; it < n; ++it) {
+    const size_t bytes = launches[it].count * elem;
     std::vector<const void*> srcs;
-    for (int r = 0; r < c.world; ++r) srcs.push_back(at(pristine[size_t(it)][size_t(r)]));
-    core::reduce_sources(c.dtype, c.op, expected.data(), srcs.data(), c.world, c.count, c.world);
+    for (int r = 0; r < c.world; ++r) srcs.push_back(at(pristine[it][size_t(r)]));
+    core::reduce_sources(c.dtype, c.op, expected.data(), srcs.data(), c.world, launches[it].count, c.world);
     for (int r = 0; r < c.world; ++r) {
-      if (std::memcmp(out_of(it, r), expected.data(), c.count * elem) != 0) ++wrong;
-      if (std::memcmp(out_of(it, r), out_of(it, 0), c.count * elem) != 0) ++wrong;
+      if (std::memcmp(out_of(it, r), expected.data(), bytes) != 0) ++wrong;
+      if (std::memcmp(out_of(it, r), out_of(it, 0), bytes) != 0) ++wrong;
     }
+    final_base += cuda::epochs_used(args_of(proto, launches[it]));
   }
   // epochs_used is what the kernels use: the largest flag written is the last base.
   uint64_t largest = 0;
   for (int r = 0; r < c.world; ++r) {
+    const SignalPad& pad = host.pads[size_t(r)];
     for (int b = 0; b < cuda::kMaxBlocks; ++b) {
       for (int p = 0; p < cuda::kMaxRanks; ++p) {
-        const SignalPad& pad = host.pads[size_t(r)];
         largest = std::max({largest, pad.barrier[b].from[p], pad.ring_ready[b].from[p], pad.ring_consumed[b].from[p]});
       }
     }
   }
-  CudaAllReduceArgs a = proto;
-  uint64_t final_base = 0;
-  for (int it = 0; it < c.iterations; ++it) final_base += cuda::epochs_used(a);
-  if (largest != final_base) ++wrong;
+  if (!c.mixed && largest != final_base) ++wrong;
+  if (largest > final_base) ++wrong;
   for (const DeviceStatus& s : host.status) wrong += s.code != 0 ? 1 : 0;
   CHECK_EQ(wrong, 0);
   if (wrong != 0) report(c, "wrong");
@@ -300,7 +347,7 @@ TEST(all_reduce_counts_worlds_blocks) {
   for (CudaAlgorithm alg : kAlgorithms) {
     for (int world = 1; world <= 4; ++world) {
       for (int blocks : {1, 3}) {
-        for (size_t count : {0, 1, 7, 1023, 4099}) {
+        for (size_t count : {0, 1, 7, 1023, 2053}) {
           for (DType t : {DType::kFloat32, DType::kBFloat16}) {
             Case c{alg, world, blocks, t, t == DType::kFloat32 ? ReduceOp::kSum : ReduceOp::kAvg, count};
             c.in_place = (count + size_t(blocks)) % 2 == 0;
@@ -327,6 +374,16 @@ TEST(all_reduce_dtypes_ops) {
 
 TEST(all_reduce_world_8) {
   for (CudaAlgorithm alg : kAlgorithms) run_case(Case{alg, 8, 2, DType::kFloat16, ReduceOp::kSum, 5003});
+}
+
+// A communicator's mix of launches on the same pads and buffers.
+TEST(all_reduce_mixed_launches) {
+  for (int world : {2, 3}) {
+    Case c{CudaAlgorithm::kOneShot, world, 3, DType::kBFloat16, ReduceOp::kSum, 1500};
+    c.iterations = 30;
+    c.mixed = true;
+    run_case(c);
+  }
 }
 
 // Many launches back to back through small staging buffers: the pads' reuse.
