@@ -8,7 +8,7 @@ reference computed here; every rank must hold bitwise the same bytes.
 Without a GPU the GPU tests skip (CI compiles the CUDA sources but cannot run
 them); what does not need a GPU runs everywhere.
 """
-import os
+import copy
 import time
 
 import pytest
@@ -175,7 +175,12 @@ def _ddp_hook_matches(compression, sync_bn):
     if sync_bn:
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     model = model.to(dev, dtype)
-    ref = DDP(__import__("copy").deepcopy(model), device_ids=[dev.index])
+    # The reference: DDP's own all-reduce over NCCL where every rank has a GPU of
+    # its own, else over the default gloo group (which stages CUDA tensors
+    # through the host).
+    nccl = (dist.new_group(backend="nccl")
+            if torch.cuda.device_count() >= dist.get_world_size() else None)
+    ref = DDP(copy.deepcopy(model), device_ids=[dev.index], process_group=nccl)
     ours = DDP(model, device_ids=[dev.index])
     ours.register_comm_hook(pycomm.RingState(compression=compression), pycomm.ring_hook)
     torch.manual_seed(1 + rank)
@@ -195,9 +200,6 @@ def _ddp_hook_matches(compression, sync_bn):
 @needs_gpu
 @pytest.mark.parametrize("compression", [None, "bf16", "fp16"])
 def test_ddp_ring_hook_on_cuda(worlds, compression):
-    # The reference is DDP's own all-reduce on the default group (gloo here,
-    # which stages CUDA tensors through the host; NCCL where each rank has its
-    # own GPU runs in bench/gpu_check.sh).
     assert worlds(2).run(_ddp_hook_matches, compression, False) == [True, True]
 
 
