@@ -12,9 +12,10 @@ for v in "${variants[@]}"; do
   dir="native-build-$v"
   sanitize=""
   [ "$v" = plain ] || sanitize="$v"
-  cuda_flags=()
+  # Stated every time: a cached choice from an earlier run must not stick.
+  cuda_flags=(-DPYCOMM_CUDA=OFF)
   if [ "$v" = plain ] && [ -x /usr/local/cuda/bin/nvcc ] && [ "${PYCOMM_CUDA:-1}" != 0 ]; then
-    cuda_flags=(-DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc)
+    cuda_flags=(-DPYCOMM_CUDA=ON -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc)
   fi
   echo "== native tests: $v"
   cmake -S . -B "$dir" "${generator[@]}" -DPYCOMM_SANITIZE="$sanitize" "${cuda_flags[@]}" >/dev/null
