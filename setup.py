@@ -67,7 +67,8 @@ if WITH_CUDA and not os.environ.get("TORCH_CUDA_ARCH_LIST"):
 # One line that scripts/setup.sh shows (it keeps the rest of the log): why the
 # CUDA sources are compiled, or not.
 if WITH_CUDA:
-    gpu = "a GPU is visible" if torch.cuda.is_available() else "no GPU is visible, so they will not run here"
+    gpu = ("a GPU is visible" if torch.cuda.is_available()
+           else "no GPU is visible, so they will not run here")
     print(f"pycomm-build: compiling the CUDA sources too, because a CUDA toolkit was found at "
           f"{os.environ['CUDA_HOME']} ({gpu}); PYCOMM_CUDA=0 skips them", flush=True)
 elif os.environ.get("PYCOMM_CUDA", "1") == "0":

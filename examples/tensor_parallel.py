@@ -71,7 +71,8 @@ def main():
     if rank == 0:
         print(f"tensor parallel over {world} ranks: S={S} H={H} F={F} float64, {args.steps} steps, "
               f"{comm_s / max(1, args.steps) * 1e3:.2f} ms a step in the two collectives on rank 0 "
-              f"(waiting for slower ranks included); worst error {worst:.2e}: {'OK' if ok else 'WRONG'}")
+              f"(waiting for slower ranks included); worst error {worst:.2e}: "
+              f"{'OK' if ok else 'WRONG'}")
     dist.destroy_process_group()
     if not ok:
         raise SystemExit(1)

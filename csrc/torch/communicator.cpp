@@ -190,9 +190,10 @@ void Communicator::worker_loop() {
     busy_ = true;
     const bool closing = closing_;
     lock.unlock();
-    std::exception_ptr err = closing ? std::make_exception_ptr(core::CommError(
-                                           "rank " + std::to_string(rank()) + ": the communicator was closed"))
-                                     : run(item->job);
+    std::exception_ptr err =
+        closing ? std::make_exception_ptr(core::CommError("rank " + std::to_string(rank()) +
+                                                          ": the communicator was closed"))
+                : run(item->job);
     if (item->from_lane) {
       // A callback on the lane waits for this one: complete it here.
       item->finish(std::move(err));

@@ -109,7 +109,8 @@ Session::~Session() = default;
 
 void Session::start() {
   if (header().attached.load(std::memory_order_acquire) != uint32_t(world_)) {
-    throw CommError("rank " + std::to_string(rank_) + ": not every rank attached to the shared memory segment");
+    throw CommError("rank " + std::to_string(rank_) +
+                    ": not every rank attached to the shared memory segment");
   }
   std::vector<pid_t> pids(static_cast<size_t>(world_));
   for (int r = 0; r < world_; ++r) pids[size_t(r)] = pid_t(control(r).own.pid.load(std::memory_order_acquire));
