@@ -64,6 +64,18 @@ if WITH_CUDA and not os.environ.get("TORCH_CUDA_ARCH_LIST"):
     if not torch.cuda.is_available():
         os.environ["TORCH_CUDA_ARCH_LIST"] = "8.0;9.0"
 
+# One line that scripts/setup.sh shows (it keeps the rest of the log): why the
+# CUDA sources are compiled, or not.
+if WITH_CUDA:
+    gpu = ("a GPU is visible" if torch.cuda.is_available()
+           else "no GPU is visible, so they will not run here")
+    print(f"pycomm-build: compiling the CUDA sources too, because a CUDA toolkit was found at "
+          f"{os.environ['CUDA_HOME']} ({gpu}); PYCOMM_CUDA=0 skips them", flush=True)
+elif os.environ.get("PYCOMM_CUDA", "1") == "0":
+    print("pycomm-build: CPU sources only (PYCOMM_CUDA=0)", flush=True)
+else:
+    print("pycomm-build: CPU sources only (no CUDA toolkit found)", flush=True)
+
 # The core's layers are folders (transport/, collectives/, kernels/); its
 # native tests build under CMake only.
 core_sources = sorted(f for f in glob.glob("csrc/core/*/*.cpp") if "/tests/" not in f)

@@ -934,14 +934,16 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("-b", "--minbytes", type=parse_size, default="8",
-                   help="smallest size in bytes (8, 64K, 1M: K/M/G are powers of 1024)")
-    p.add_argument("-e", "--maxbytes", type=parse_size, default="256M",
-                   help="largest size in bytes (same units)")
-    p.add_argument("-f", "--stepfactor", type=float, default=4.0,
+    p.add_argument("-b", "--minbytes", type=parse_size, default="8", metavar="SIZE",
+                   help="smallest message, in bytes: a size such as 8, 64K or 1M "
+                        "(K, M, G: powers of 1024)")
+    p.add_argument("-e", "--maxbytes", type=parse_size, default="256M", metavar="SIZE",
+                   help="largest message, in bytes: a size such as 8, 64K or 1M")
+    p.add_argument("-f", "--stepfactor", type=float, default=4.0, metavar="FACTOR",
                    help="multiply the size by this from one row to the next (<= 1: add 1 byte); "
                         "64K and 16M are added when within -b..-e")
-    p.add_argument("--nproc", type=int, default=2, help="ranks to spawn (ignored under torchrun)")
+    p.add_argument("--nproc", type=int, default=2, metavar="RANKS",
+                   help="ranks to spawn (ignored under torchrun)")
     p.add_argument("--collective", default="all", metavar="NAME[,NAME...]",
                    help=f"collectives to sweep, of {', '.join(COLLECTIVES)}; all: every one")
     p.add_argument("-d", "--dtype", choices=DTYPES, default="float32", metavar="DTYPE",
@@ -949,15 +951,17 @@ def parse_args(argv=None):
     p.add_argument("-o", "--op", choices=OPS, default="sum", metavar="OP",
                    help=f"reduction of all_reduce, reduce and reduce_scatter, of {', '.join(OPS)} "
                         f"(premul_sum: x{PREMUL_FACTOR:g})")
-    p.add_argument("--algorithm", default="auto",
+    p.add_argument("--algorithm", default="auto", metavar="NAME",
                    help="auto | ring | direct: the direct API's algorithm")
     p.add_argument("--min-time", type=float, default=0.3, metavar="SECONDS",
                    help="seconds of calls per size and peer, over all rounds")
-    p.add_argument("--rounds", type=int, default=3,
+    p.add_argument("--rounds", type=int, default=3, metavar="N",
                    help="times each peer is measured per size, in turns")
-    p.add_argument("--min-iters", type=int, default=5, help="calls per measurement, at least")
-    p.add_argument("--max-iters", type=int, default=20000, help="calls per measurement, at most")
-    p.add_argument("-w", "--warmup", type=int, default=5,
+    p.add_argument("--min-iters", type=int, default=5, metavar="CALLS",
+                   help="calls per measurement, at least")
+    p.add_argument("--max-iters", type=int, default=20000, metavar="CALLS",
+                   help="calls per measurement, at most")
+    p.add_argument("-w", "--warmup", type=int, default=5, metavar="CALLS",
                    help="untimed calls before each measurement")
     p.add_argument("--no-stock", action="store_true",
                    help="skip the stock backend (gloo): no gloo columns or ratio")

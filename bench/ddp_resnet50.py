@@ -593,14 +593,24 @@ def run_mode(world, args, mode, unavailable, t1, cals, contended=None):
             comm_s=p.comm_s, no_overlap_step_s=p.no_overlap_step_s,
             full_overlap_step_s=p.full_overlap_step_s, step_compute_s=t1)
         if contended:
-            q = scaling.compare_with_measurement(measured_step_s=step, step_compute_s=contended,
-                                                 bucket_bytes=wire_bytes, world_size=N,
-                                                 calibration=cal, overlap=0.0)
-            record["prediction_no_comm_compute"] = dict(
-                overlap=0.0, predicted_step_s=q.predicted_step_s,
-                relative_error=q.relative_error, full_overlap_step_s=q.full_overlap_step_s,
-                step_compute_s=contended)
+            record["prediction_no_comm_compute"] = prediction_on(record, contended)
     return record
+
+
+def prediction_on(record, compute_s):
+    """The model's step for a mode's record, with compute_s (the no-comm step) as the compute."""
+    from pycomm.tools import scaling
+
+    cal = record["calibration"]
+    bandwidth = cal["bandwidth_Bps"] if cal["bandwidth_Bps"] is not None else math.inf
+    q = scaling.compare_with_measurement(measured_step_s=record["step_time_s"],
+                                         step_compute_s=compute_s,
+                                         bucket_bytes=record["wire_bytes"],
+                                         world_size=record["world_size"], alpha_s=cal["alpha_s"],
+                                         bandwidth_Bps=bandwidth, overlap=0.0)
+    return dict(overlap=0.0, predicted_step_s=q.predicted_step_s,
+                relative_error=q.relative_error, full_overlap_step_s=q.full_overlap_step_s,
+                step_compute_s=compute_s)
 
 
 def scaling_figures(N, t1, tn):
@@ -654,6 +664,10 @@ def run(args):
         first = next(i for i, r in enumerate(records) if r["mode"] == "no-comm")
         if again.get("step_time_s") and again["step_time_s"] < records[first]["step_time_s"]:
             records[first] = again
+            # The model's compute is the no-comm step the table shows: this one.
+            for r in records:
+                if r.get("prediction_no_comm_compute"):
+                    r["prediction_no_comm_compute"] = prediction_on(r, again["step_time_s"])
     # Each mode's step over the no-comm step of the same ranks: 1.0 is the ceiling.
     no_comm = next((r.get("step_time_s") for r in records if r["mode"] == "no-comm"), None)
     for r in records:
@@ -775,31 +789,36 @@ def parse_args(argv=None):
     import torch
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--nproc", default=None,
+    p.add_argument("--nproc", default=None, metavar="RANKS[,RANKS...]",
                    help="ranks to spawn, or a comma list of world sizes run one after another "
                         "(default: one per GPU, else 2; ignored under torchrun)")
     p.add_argument("--device", choices=("cpu", "cuda"),
-                   default="cuda" if torch.cuda.is_available() else "cpu")
+                   default="cuda" if torch.cuda.is_available() else "cpu",
+                   help="where the ranks compute (default: cuda when a GPU is visible, else cpu)")
     p.add_argument("--model", choices=MODELS, default="resnet50",
                    help="torchvision model (smaller ones for quick tests)")
-    p.add_argument("--classes", type=int, default=10)
-    p.add_argument("--image-size", type=int, default=None,
-                   help="side of the square synthetic images, in pixels (default: 224 on CUDA, "
+    p.add_argument("--classes", type=int, default=10, metavar="N",
+                   help="output classes of the model (default 10)")
+    p.add_argument("--image-size", type=int, default=None, metavar="PIXELS",
+                   help="side of the synthetic square images, in pixels (default: 224 on CUDA, "
                         "as ResNet-50 trains on ImageNet; 32 on CPU, to fit a small host)")
-    p.add_argument("--batch-size", type=int, default=32, help="images per rank per step")
-    p.add_argument("--steps", type=int, default=18,
+    p.add_argument("--batch-size", type=int, default=32, metavar="IMAGES",
+                   help="images per rank per step (default 32)")
+    p.add_argument("--steps", type=int, default=18, metavar="STEPS",
                    help="timed steps per mode (18: five modes and the baseline in about the "
                         "time three took at 25)")
-    p.add_argument("--warmup", type=int, default=3, help="untimed steps before them")
-    p.add_argument("--modes", default=DEFAULT_MODES,
+    p.add_argument("--warmup", type=int, default=3, metavar="STEPS",
+                   help="untimed steps per mode before them (default 3)")
+    p.add_argument("--modes", default=DEFAULT_MODES, metavar="MODE[,MODE...]",
                    help=f"comma list of {', '.join(MODES)} (default {DEFAULT_MODES})")
-    p.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP's bucket_cap_mb")
+    p.add_argument("--bucket-cap-mb", type=float, default=25.0, metavar="MiB",
+                   help="DDP's bucket_cap_mb, in MiB (default 25)")
     p.add_argument("--sync-bn", action="store_true",
                    help="convert BatchNorm to SyncBatchNorm (CUDA only)")
     p.add_argument("--no-baseline", action="store_true", help="skip the 1-rank baseline")
     p.add_argument("--calibration", metavar="PATH",
                    help="alpha/B from a bench/collectives_perf.py --json file instead of a sweep")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the weights and images (default 0)")
     p.add_argument("--json", metavar="PATH", default=os.path.join(_OUT_DIR, "ddp_resnet50.json"),
                    help="write the per-mode records here (default %(default)s; '' for none)")
     p.add_argument("--plot", metavar="PATH", default=os.path.join(_OUT_DIR, "ddp_resnet50.png"),

@@ -11,12 +11,11 @@ import torch  # noqa: F401  (loads libc10 and friends, which _C links against)
 import torch.distributed  # noqa: F401  (registers c10d's types, which _C's backend uses)
 
 from . import _C, backend
-from ._C import CollectiveMismatch, CommError, CommTimeout
+from .errors import CollectiveMismatch, CommError, CommTimeout
 from .bucketing import allreduce_gradients
 from .comm import Communicator, all_reduce, barrier, destroy, get_communicator, init
 from .hooks import RingState, ring_hook
 
-CommError.__module__ = CommTimeout.__module__ = CollectiveMismatch.__module__ = "pycomm"
 backend.register()
 
 __all__ = [

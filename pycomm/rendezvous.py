@@ -87,7 +87,7 @@ class _Rendezvous:
 
     def fail(self, message: str, exc=_C.CommError):
         self.tell_others(exc.__name__, message)
-        raise exc(f"{self.what}: {message}")
+        raise exc(f"rank {self.rank}: {self.what}: {message}")
 
     def tell_others(self, kind: str, message: str):
         """Sets the abort key, so the others' waits end now rather than at the
@@ -103,7 +103,7 @@ class _Rendezvous:
             self.reported = True  # the others know already
             kind, reason = self.store.get(self.key("abort")).decode().split("|", 1)
             exc = _C.CommTimeout if kind == "CommTimeout" else _C.CommError
-            raise exc(f"{self.what}: set-up failed on another rank ({reason})")
+            raise exc(f"rank {self.rank}: {self.what}: set-up failed on another rank ({reason})")
         dead = self.peers.first_dead()
         if dead is not None:
             self.fail(f"rank {dead} exited while rank {self.rank} was waiting for {waiting_for}",

@@ -1,17 +1,32 @@
 #!/usr/bin/env bash
 # Everything a fresh machine needs, idempotent and quick when already done:
-# torch (pinned to the CUDA 13.0 build the machines carry), the test and
-# benchmark dependencies, and pycomm's native extension built in place (CPU
-# always; CUDA too when a toolkit is found, even without a GPU).
+# torch (kept when one pycomm supports is installed; else 2.14.1, the CUDA 13.0
+# build the CI machines carry), the test and benchmark dependencies, and
+# pycomm's native extension built in place against that torch (CPU always; CUDA
+# too when a toolkit is found, even without a GPU; PYCOMM_CUDA=0 skips it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 
 have() { "$PY" -c "$1" >/dev/null 2>&1; }
 
-if ! have "import torch, torchvision; assert torch.__version__.startswith('2.14.1') and torchvision.__version__.startswith('0.29.1')"; then
-  echo "setup: installing torch 2.14.1 and torchvision 0.29.1"
-  "$PY" -m pip install --quiet "torch==2.14.1" "torchvision==0.29.1"
+# The torch releases pycomm supports: from OLDEST_TORCH (the oldest built and
+# tested) on. An installed torch in that range stays: the extension builds
+# against the torch that is present, as every torch extension does.
+OLDEST_TORCH=2.14.1
+TESTED_TORCH=2.14.1
+torch_version=$("$PY" -c "import torch; print(torch.__version__.split('+')[0])" 2>/dev/null || true)
+if [ -z "$torch_version" ] || ! "$PY" -c "import sys; v = lambda s: tuple(int(x) for x in s.split('.')[:3] if x.isdigit()); sys.exit(v('$torch_version') < v('$OLDEST_TORCH'))"; then
+  echo "setup: installing torch $TESTED_TORCH (found: ${torch_version:-none}; pycomm needs >= $OLDEST_TORCH)"
+  "$PY" -m pip install --quiet "torch==$TESTED_TORCH"
+  torch_version=$TESTED_TORCH
+elif [ "$torch_version" != "$TESTED_TORCH" ]; then
+  echo "setup: keeping torch $torch_version (tested: $TESTED_TORCH; building against $torch_version)"
+fi
+# torchvision for the ResNet-50 benchmark: the release that matches this torch.
+if ! have "import torchvision"; then
+  echo "setup: installing the torchvision that matches torch $torch_version"
+  "$PY" -m pip install --quiet torchvision "torch==$torch_version"
 fi
 if ! have "import pytest, pytest_timeout, hypothesis, tqdm, matplotlib, ninja, numpy"; then
   echo "setup: installing test and benchmark dependencies"
@@ -25,6 +40,8 @@ if ! MAX_JOBS=${MAX_JOBS:-2} "$PY" setup.py build_ext --inplace >build/setup.log
   echo "setup: the build failed; the whole log is in build/setup.log" >&2
   exit 1
 fi
+# setup.py's one line on the CUDA sources: built (and why), or skipped.
+sed -n 's/^pycomm-build: /setup: /p' build/setup.log | head -1
 # The package itself (editable: this checkout) and its `pycomm` command; again
 # when the installed one is another checkout's.
 here=$(pwd -P)
@@ -33,4 +50,4 @@ if [ "$installed" != "$here" ] || ! command -v pycomm >/dev/null; then
   echo "setup: installing pycomm (editable)"
   PYCOMM_SKIP_BUILD=1 "$PY" -m pip install --quiet --no-build-isolation --no-deps -e .
 fi
-"$PY" -c "import pycomm; print('setup: pycomm ready; CUDA kernels built:', pycomm.cuda_built())"
+"$PY" -c "import pycomm, torch; print(f'setup: pycomm ready on torch {torch.__version__}')"

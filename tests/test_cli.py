@@ -45,9 +45,13 @@ def test_predict_prints_the_library_numbers(capsys, preset):
     assert code == 0
     assert out.startswith(f"{preset}: {sc.title}")
     assert f"ring bound by {p.ring.name}:" in out
-    # the step and its parts (ms printed to 3 decimals, seconds to 4)
-    t1, tn = printed(out, rf"step +T_N = {NUM} compute \+ .* exposed = {NUM} s")
-    assert t1 == pytest.approx(p.compute_s, abs=5e-4) and tn == pytest.approx(p.step_s, abs=5e-5)
+    # the step and its parts, all in one unit (ms printed to 3 decimals, seconds to 4)
+    m = re.search(rf"step +T_N = {NUM} (ms|s) compute \+ {NUM} \2 overhead \+ {NUM} \2 "
+                  rf"exposed = {NUM} \2\n", out)
+    assert m, out
+    unit = 1e-3 if m[2] == "ms" else 1
+    t1, tn = float(m[1]) * unit, float(m[5]) * unit
+    assert t1 == pytest.approx(p.compute_s, abs=5e-5) and tn == pytest.approx(p.step_s, abs=5e-5)
     m = re.search(r"= ([0-9.]+) (ms|s) \(([0-9.]+)% of the step\)", out)
     assert m, out
     comm = float(m[1]) * (1e-3 if m[2] == "ms" else 1)
@@ -58,7 +62,7 @@ def test_predict_prints_the_library_numbers(capsys, preset):
         out, rf"epoch +1 GPU: {NUM} steps x {NUM} s = {NUM} s; {NUM} GPUs: {NUM} steps x "
              rf"{NUM} s = {NUM} s")
     assert (steps1, n, steps_n) == (p.one_gpu_steps_per_epoch, p.gpus, p.steps_per_epoch)
-    assert (e_t1, e_tn) == (t1, tn)
+    assert e_t1 == pytest.approx(t1, abs=5e-4) and e_tn == pytest.approx(tn, abs=5e-5)
     assert epoch1 == pytest.approx(p.one_gpu_epoch_s, abs=0.05)
     assert epoch_n == pytest.approx(p.epoch_s, abs=0.05)
     assert epoch_n == pytest.approx(steps_n * e_tn, abs=0.05 + steps_n * 5e-5)
@@ -215,19 +219,21 @@ def test_bench_allreduce_leaves_the_collective_fixed(capsys, tmp_path):
 
 
 def test_bench_help_names_the_command(capfd, tmp_path):
-    (tmp_path / "collectives_perf.py").write_text(textwrap.dedent("""
+    script = textwrap.dedent("""
         import argparse
         p = argparse.ArgumentParser(description="a sweep")
         p.add_argument("--collective", default="all_reduce")
         p.add_argument("-b", "--minbytes")
         p.parse_args()
-    """))
-    for which in ("allreduce", "collectives"):
+    """)
+    (tmp_path / "collectives_perf.py").write_text(script)
+    (tmp_path / "ddp_resnet50.py").write_text(script)
+    for which in ("allreduce", "collectives", "ddp"):
         code = main(["bench", "--bench-dir", str(tmp_path), which, "--help"])
         out, _ = capfd.readouterr()
         assert code == 0
         assert out.startswith(f"usage: pycomm bench {which} [-h]"), out
-        assert "collectives_perf" not in out
+        assert "collectives_perf" not in out and "ddp_resnet50" not in out
 
 
 def test_bench_ranks_spawned_by_the_script_find_its_code(capfd, tmp_path):
@@ -273,7 +279,8 @@ def test_bench_default_dir_is_the_checkouts_bench(capsys, monkeypatch):
     calls = []
     monkeypatch.setattr(cli.subprocess, "call", lambda command: calls.append(command) or 0)
     assert main(["bench", "ddp", "--steps", "1"]) == 0
-    assert calls == [[sys.executable, str(REPO / "bench" / "ddp_resnet50.py"), "--steps", "1"]]
+    assert calls == [[sys.executable, "-c", cli._RUN_NAMED, str(REPO / "bench" / "ddp_resnet50.py"),
+                      "pycomm bench ddp", "--steps", "1"]]
 
 
 def test_bench_runs_script_with_arguments(capsys, tmp_path):
@@ -307,6 +314,24 @@ def test_doctor_environment(capsys, tmp_path, monkeypatch):
     assert info["backends"]["gloo"] is True
     assert info["pycomm_cuda_built"] in (True, False)
     assert len(info["gpus"]) == torch.cuda.device_count()
+
+
+def test_doctor_says_what_cuda_means_without_a_gpu():
+    from pycomm.tools import doctor
+
+    info = {"python": "3.11", "platform": "Linux", "torch": "2.14.1+cu130", "cuda_runtime": "13.0",
+            "nccl": "2.30.7", "backends": {"gloo": True, "nccl": True, "mpi": False, "ucc": False},
+            "shm": {"dir": "/dev/shm", "total_bytes": 1 << 34, "free_bytes": 1 << 34},
+            "cpus": {"online": 2, "usable": 2}, "gpus": [], "peer_access": {},
+            "pycomm_cuda_built": True, "env": {}, "warnings": []}
+    out = doctor.format_environment(info)
+    assert "GPUs         none visible" in out
+    for line in out.splitlines():
+        if line.startswith(("CUDA ", "NCCL ", "pycomm CUDA ")) or "nccl yes" in line:
+            assert "GPU" in line, f"{line!r} does not say that no GPU is visible"
+    gpu = {"index": 0, "name": "H200", "capability": "9.0", "memory_bytes": 1 << 37}
+    out = doctor.format_environment(dict(info, gpus=[gpu]))
+    assert "nccl yes," in out and "cannot run here" not in out
 
 
 DDP_HEAD = """\

@@ -8,22 +8,33 @@
 namespace pycomm::core {
 
 // Any failure of a collective that is not the caller's bad argument.
+//
+// Every message begins with the Python class's name ("pycomm.CommTimeout: rank 2
+// ..."): DDP and torch.distributed re-raise a backend's or a hook's error as a
+// plain RuntimeError carrying only the text, and the name is what lets a user
+// (and pycomm.CommError.matches) tell pycomm's errors apart there. Throw sites
+// give the rest of the message, which names the rank.
 class CommError : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit CommError(const std::string& message) : CommError("pycomm.CommError: ", message) {}
+
+ protected:
+  CommError(const char* class_prefix, const std::string& message)
+      : std::runtime_error(class_prefix + message) {}
 };
 
 // A peer did not arrive (stalled or died) before the deadline, or the
 // communicator was aborted by a rank that saw such a failure.
 class CommTimeout : public CommError {
  public:
-  using CommError::CommError;
+  explicit CommTimeout(const std::string& message) : CommError("pycomm.CommTimeout: ", message) {}
 };
 
 // The ranks entered collectives that do not match (count, dtype, op, kind).
 class CollectiveMismatch : public CommError {
  public:
-  using CommError::CommError;
+  explicit CollectiveMismatch(const std::string& message)
+      : CommError("pycomm.CollectiveMismatch: ", message) {}
 };
 
 // A caller's argument is wrong; raised before anything is sent.

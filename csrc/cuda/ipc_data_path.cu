@@ -60,7 +60,8 @@ std::vector<Published> exchange(core::Session& session, core::ShmDataPath& host_
   }
   for (int r = 0; r < session.world(); ++r) {
     if (all[size_t(r)].failed) {
-      throw core::CommError("pycomm: CUDA set-up failed on rank " + std::to_string(r) + ": " +
+      // The same message on every rank: it names the rank that failed.
+      throw core::CommError("CUDA set-up failed on rank " + std::to_string(r) + ": " +
                             all[size_t(r)].message);
     }
   }

@@ -91,7 +91,7 @@ void Backend::shutdown() {
   comm_->close();
 }
 
-void Backend::abort() { comm_->abort("pycomm: rank " + std::to_string(getRank()) + " aborted the process group"); }
+void Backend::abort() { comm_->abort("rank " + std::to_string(getRank()) + " aborted the process group"); }
 
 c10::intrusive_ptr<c10d::Work> Backend::launch(c10d::OpType type, Job job, bool async_op) {
   // A blocking call from Python (async_op=False: the caller waits at once)

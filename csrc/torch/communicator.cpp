@@ -2,6 +2,8 @@
 
 #include <c10/core/StreamGuard.h>
 
+#include <string>
+
 #include "../core/errors.h"
 
 namespace pycomm {
@@ -129,7 +131,7 @@ void Communicator::abort(const std::string& reason) {
 
 bool Communicator::claim_if_idle() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (closing_) throw core::CommError("pycomm: the communicator is closed");
+  if (closing_) throw core::CommError("rank " + std::to_string(rank()) + ": the communicator is closed");
   if (!queue_.empty() || busy_) return false;
   busy_ = true;
   return true;
@@ -151,7 +153,7 @@ std::shared_ptr<WorkItem> Communicator::enqueue(Job job) {
   item->from_lane = Completions::on_lane();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (closing_) throw core::CommError("pycomm: the communicator is closed");
+    if (closing_) throw core::CommError("rank " + std::to_string(rank()) + ": the communicator is closed");
     queue_.push_back(item);
   }
   cv_.notify_all();
@@ -193,9 +195,10 @@ void Communicator::worker_loop() {
     busy_ = true;
     const bool closing = closing_;
     lock.unlock();
-    std::exception_ptr err = closing ? std::make_exception_ptr(core::CommError(
-                                           "pycomm: the communicator was closed"))
-                                     : run(item->job);
+    std::exception_ptr err =
+        closing ? std::make_exception_ptr(core::CommError("rank " + std::to_string(rank()) +
+                                                          ": the communicator was closed"))
+                : run(item->job);
     if (item->from_lane) {
       // A callback on the lane waits for this one: complete it here.
       item->finish(std::move(err));

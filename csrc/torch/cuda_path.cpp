@@ -164,8 +164,9 @@ class CudaPath {
         session.check_alive();
         if (now > backstop) {
           throw core::CommTimeout(session.abort(
-              "pycomm: all_reduce (cuda) on rank " + std::to_string(session.rank()) +
-              ": the kernel did not finish nor report within the timeout; the GPU may be hung"));
+              "rank " + std::to_string(session.rank()) +
+              ": all_reduce (cuda): the kernel neither finished nor reported within the timeout; "
+              "the GPU may be hung"));
         }
       } catch (...) {
         stop_kernel();
@@ -181,7 +182,7 @@ class CudaPath {
     // `failed` is stored (release) after the record's other fields.
     if (__atomic_load_n(&status_->failed, __ATOMIC_ACQUIRE) != 0 && status_->code != 0) {
       std::ostringstream os;
-      os << "pycomm: all_reduce (cuda) on rank " << session.rank() << " timed out after "
+      os << "rank " << session.rank() << ": all_reduce (cuda) timed out after "
          << policy.timeout_s << " s on the GPU: still waiting for rank " << status_->peer
          << " (block " << status_->block << ", epoch " << status_->epoch << ")";
       throw core::CommTimeout(session.abort(os.str()));

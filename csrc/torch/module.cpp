@@ -7,6 +7,7 @@
 #include <torch/csrc/utils/pybind.h>
 #include <torch/extension.h>
 
+#include <cstring>
 #include <thread>
 
 #include "../core/errors.h"
@@ -41,6 +42,13 @@ class PyWork {
  private:
   std::shared_ptr<WorkItem> item_;
 };
+
+// "pycomm.CommTimeout: rank 2: ..." -> "rank 2: ...".
+const char* without_class_name(const char* what) {
+  if (std::strncmp(what, "pycomm.", 7) != 0) return what;
+  const char* colon = std::strstr(what, ": ");
+  return colon ? colon + 2 : what;
+}
 
 // The communicator's destructor joins its worker, and the worker may need the
 // GIL to drop the last reference to a tensor: never destroy it holding the GIL.
@@ -174,16 +182,18 @@ PYBIND11_MODULE(_C, m) {
   m.attr("CommTimeout") = py::handle(comm_timeout);
   m.attr("CollectiveMismatch") = py::handle(mismatch);
   // Registered after torch's, so tried first: pycomm's errors keep their
-  // types through torch.distributed's Work.wait() too.
+  // types through torch.distributed's Work.wait() too. A typed exception drops
+  // the "pycomm.CommTimeout: " its text begins with (errors.h): Python prints
+  // the class's name in front of the message already.
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const core::CollectiveMismatch& e) {
-      PyErr_SetString(mismatch, e.what());
+      PyErr_SetString(mismatch, without_class_name(e.what()));
     } catch (const core::CommTimeout& e) {
-      PyErr_SetString(comm_timeout, e.what());
+      PyErr_SetString(comm_timeout, without_class_name(e.what()));
     } catch (const core::CommError& e) {
-      PyErr_SetString(comm_error, e.what());
+      PyErr_SetString(comm_error, without_class_name(e.what()));
     } catch (const core::InvalidArgument& e) {
       PyErr_SetString(PyExc_ValueError, e.what());
     } catch (const c10::TypeError& e) {

@@ -36,7 +36,7 @@ class _Bench:
 BENCHES = {
     "allreduce": _Bench("collectives_perf.py", ("--collective", "all_reduce"), named=True),
     "collectives": _Bench("collectives_perf.py", (), named=True),
-    "ddp": _Bench("ddp_resnet50.py", (), named=False),
+    "ddp": _Bench("ddp_resnet50.py", (), named=True),
 }
 
 # `python -c _RUN_NAMED SCRIPT PROG ARGS...` runs SCRIPT with sys.argv = [PROG, ARGS...], so
@@ -62,28 +62,34 @@ _run(*__import__("sys").argv[1:])
 # Free-form options of `predict`, as (flag, dest, type, help). They default to None so that,
 # with --preset, only the ones given override the preset.
 _PREDICT_OPTIONS = (
-    ("--gpus", "gpus", int, "number of GPUs N"),
-    ("--gpus-per-host", "gpus_per_host", int, "GPUs per host (default: all on one host)"),
-    ("--interconnect", "interconnect", str,
+    ("--gpus", "gpus", int, "N", "number of GPUs"),
+    ("--gpus-per-host", "gpus_per_host", int, "N", "GPUs per host (default: all on one host)"),
+    ("--interconnect", "interconnect", str, "NAME",
      "link between hosts: " + ", ".join(scaling.INTERCONNECTS) + " (default ib-hdr)"),
-    ("--intra", "intra", str, "link inside a host (default nvlink3)"),
-    ("--step-compute-s", "step_compute_s", float,
-     "one GPU's step with no communication, T_1 (default 0.8, ResNet-50 on an A100)"),
-    ("--grad-mb", "grad_mb", float, "gradient bytes per step in MB (default 102.2, ResNet-50)"),
-    ("--batch", "batch", int, "batch per GPU (default 256)"),
-    ("--epoch-images", "epoch_images", int, "images per epoch (default 800000)"),
-    ("--bucket-mb", "bucket_mb", float, "DDP bucket_cap_mb, MiB (default 25; 0: one bucket)"),
-    ("--overlap", "overlap", float,
-     f"fraction of the all-reduce hidden behind backward (default {scaling.DEFAULT_OVERLAP})"),
-    ("--overhead-s", "overhead_s", float,
-     "per-step non-communication cost when N > 1: stragglers, sync, input (default 0)"),
-    ("--backward-fraction", "backward_fraction", float,
-     "share of the compute step that is backward (default 2/3)"),
-    ("--baseline-gpus", "baseline_gpus", int, "GPUs of the run to compare with (default 1)"),
-    ("--baseline-step-s", "baseline_step_s", float,
-     "step time of that run (default: T_1 when the baseline is 1 GPU)"),
-    ("--alpha-us", "alpha_us", float, "ring-step latency in us (overrides the links)"),
-    ("--bandwidth-GBps", "bandwidth_gbps", float, "ring bandwidth in GB/s (overrides the links)"),
+    ("--intra", "intra", str, "NAME", "link inside a host, of the same names (default nvlink3)"),
+    ("--step-compute-s", "step_compute_s", float, "SECONDS",
+     "one GPU's step with no communication, T_1, in seconds (default 0.8, ResNet-50 on an A100)"),
+    ("--grad-mb", "grad_mb", float, "MB",
+     "gradient bytes per step, in MB of 10^6 bytes (default 102.2, ResNet-50)"),
+    ("--batch", "batch", int, "IMAGES", "batch per GPU, in images (default 256)"),
+    ("--epoch-images", "epoch_images", int, "IMAGES", "images per epoch (default 800000)"),
+    ("--bucket-mb", "bucket_mb", float, "MiB",
+     "DDP's bucket_cap_mb, in MiB (default 25; 0: one bucket)"),
+    ("--overlap", "overlap", float, "FRACTION",
+     f"fraction of the all-reduce hidden behind backward, 0 to 1 "
+     f"(default {scaling.DEFAULT_OVERLAP})"),
+    ("--overhead-s", "overhead_s", float, "SECONDS",
+     "per-step cost other than communication when N > 1 (stragglers, sync, input), in seconds "
+     "(default 0)"),
+    ("--backward-fraction", "backward_fraction", float, "FRACTION",
+     "share of the compute step that is backward, 0 to 1 (default 2/3)"),
+    ("--baseline-gpus", "baseline_gpus", int, "N", "GPUs of the run to compare with (default 1)"),
+    ("--baseline-step-s", "baseline_step_s", float, "SECONDS",
+     "step time of that run, in seconds (default: T_1 when the baseline is 1 GPU)"),
+    ("--alpha-us", "alpha_us", float, "MICROSECONDS",
+     "ring-step latency, in microseconds (overrides the links)"),
+    ("--bandwidth-GBps", "bandwidth_gbps", float, "GB/s",
+     "ring bandwidth, in GB/s of 10^9 bytes (overrides the links)"),
 )
 
 
@@ -104,8 +110,8 @@ def _parser() -> argparse.ArgumentParser:
                         "options (with --preset they override it).")
     pr.add_argument("--preset", choices=sorted(scaling.PRESETS), help="a calibrated case")
     pr.add_argument("--list", action="store_true", help="list presets and interconnects")
-    for flag, dest, typ, text in _PREDICT_OPTIONS:
-        pr.add_argument(flag, dest=dest, type=typ, default=None, help=text)
+    for flag, dest, typ, metavar, text in _PREDICT_OPTIONS:
+        pr.add_argument(flag, dest=dest, type=typ, default=None, metavar=metavar, help=text)
     pr.add_argument("--calibrate", metavar="PATH.json",
                     help="fit alpha and B to the rows of pycomm bench allreduce --json")
     pr.add_argument("--backend", choices=("pycomm", "stock"), default="pycomm",
@@ -136,7 +142,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _scenario_from_args(a: argparse.Namespace) -> tuple:
     """(Scenario, Calibration or None, list of overridden options) from predict's options."""
-    given = [flag for flag, dest, _, _ in _PREDICT_OPTIONS if getattr(a, dest) is not None]
+    given = [flag for flag, dest, *_ in _PREDICT_OPTIONS if getattr(a, dest) is not None]
     if a.calibrate:
         given.append("--calibrate")
     if a.preset:
@@ -188,8 +194,12 @@ def _scenario_from_args(a: argparse.Namespace) -> tuple:
     return scenario, calibration, given
 
 
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.3f} ms" if seconds < 1 else f"{seconds:.3f} s"
+def _in_unit_of(total: float):
+    """A formatter of seconds in one unit for every term of a sum: ms when the total is
+    under a second (3 decimals), else s (4 decimals)."""
+    if total < 1:
+        return lambda seconds: f"{seconds * 1e3:.3f} ms"
+    return lambda seconds: f"{seconds:.4f} s"
 
 
 def _format_prediction(sc: Scenario, p: Prediction, calibration) -> str:
@@ -209,16 +219,18 @@ def _format_prediction(sc: Scenario, p: Prediction, calibration) -> str:
                      f"{calibration.rows} rows, worst error {calibration.max_relative_error:.1%}")
     if p.gpus > 1:
         cap = "one bucket" if p.buckets == 1 else f"{s.bucket_cap_bytes / MIB:g} MiB cap"
+        t = _in_unit_of(p.comm_s)
         lines += [
             f"  all-reduce  {p.buckets} bucket{'s' if p.buckets != 1 else ''} ({cap}): "
-            f"latency n_b*2(N-1)*alpha = {_ms(p.latency_s)} + bandwidth 2(N-1)/N*S/B = "
-            f"{_ms(p.transfer_s)} = {_ms(p.comm_s)} ({p.comm_fraction:.1%} of the step)",
-            f"  overlap     {s.overlap:.0%}: {_ms(p.hidden_s)} hidden behind backward, "
-            f"{_ms(p.exposed_s)} exposed",
+            f"latency n_b*2(N-1)*alpha = {t(p.latency_s)} + bandwidth 2(N-1)/N*S/B = "
+            f"{t(p.transfer_s)} = {t(p.comm_s)} ({p.comm_fraction:.1%} of the step)",
+            f"  overlap     {s.overlap:.0%}: {t(p.hidden_s)} hidden behind backward + "
+            f"{t(p.exposed_s)} exposed",
         ]
+    t = _in_unit_of(p.step_s)
     lines += [
-        f"  step        T_N = {p.compute_s:.3f} compute + {_ms(p.overhead_s)} overhead + "
-        f"{_ms(p.exposed_s)} exposed = {p.step_s:.4f} s",
+        f"  step        T_N = {t(p.compute_s)} compute + {t(p.overhead_s)} overhead + "
+        f"{t(p.exposed_s)} exposed = {t(p.step_s)}",
         f"  epoch       1 GPU: {p.one_gpu_steps_per_epoch} steps x {p.compute_s:.3f} s = "
         f"{p.one_gpu_epoch_s:.1f} s; {p.gpus} GPUs: {p.steps_per_epoch} steps x "
         f"{p.step_s:.4f} s = {p.epoch_s:.1f} s",

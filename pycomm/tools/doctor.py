@@ -140,11 +140,20 @@ def format_environment(info: Dict[str, Any]) -> str:
         f"python       {info['python']} ({info['platform']})",
         f"torch        {info.get('torch')}",
     ]
+    # Compiled in is not usable: without a GPU, torch's CUDA and NCCL cannot run.
+    no_gpu = not info["gpus"]
     if "cuda_runtime" in info:
-        lines.append(f"CUDA         {info['cuda_runtime'] or 'none (CPU build)'}")
-        lines.append(f"NCCL         {info['nccl'] or 'none'}")
+        cuda = info["cuda_runtime"]
+        lines.append(f"CUDA         {cuda or 'none (CPU build)'}"
+                     + (" (torch's build; no GPU visible, so nothing runs on CUDA here)"
+                        if cuda and no_gpu else ""))
+        lines.append(f"NCCL         {info['nccl'] or 'none'}"
+                     + (" (compiled into torch; unusable here: it needs a GPU)"
+                        if info["nccl"] and no_gpu else ""))
         lines.append("backends     " + ", ".join(
-            f"{k} {'yes' if v else 'no'}" for k, v in info["backends"].items()))
+            f"{k} {'yes' if v else 'no'}" + (" (compiled in; needs a GPU)"
+                                             if k == "nccl" and v and no_gpu else "")
+            for k, v in info["backends"].items()))
     shm = info["shm"]
     if "error" in shm:
         lines.append(f"shm          {shm['dir']}: {shm['error']}")
@@ -169,7 +178,8 @@ def format_environment(info: Dict[str, Any]) -> str:
     built = info["pycomm_cuda_built"]
     # The kernels compiled are the bucketing and reduction ones; no CUDA transport
     # exists yet, so pycomm's collectives take CPU tensors whatever this says.
-    built = {True: "kernels compiled (bucketing ops only; collectives take CPU tensors)",
+    built = {True: "kernels compiled (bucketing ops only; collectives take CPU tensors)"
+                   + ("; no GPU visible, so they cannot run here" if no_gpu else ""),
              False: "kernels not built (CPU-only build)"}.get(built, built)
     lines.append(f"pycomm CUDA  {built}")
     for k, v in info["env"].items():

@@ -29,7 +29,7 @@ void check_sizes(const Context& ctx) {
       const uint64_t expects = static_cast<const uint64_t*>(ctx.path.slot(to))[world + from];
       if (sends != expects) {
         std::ostringstream os;
-        os << "pycomm: all_to_all #" << ctx.session.entered()
+        os << "all_to_all #" << ctx.session.entered()
            << " does not match across ranks (split sizes differ): rank " << from << " sends "
            << sends << " elements to rank " << to << ", which expects " << expects
            << " from it (input_split_sizes and output_split_sizes must pair up)";

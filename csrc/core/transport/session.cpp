@@ -92,7 +92,7 @@ std::unique_ptr<Session> Session::attach(int rank, int world, const std::string&
   // The creator wrote the header before it shared the name through the store.
   if (seg.size() < sizeof(Header) || h->magic != kSegmentMagic || h->version != kLayoutVersion ||
       h->world != uint32_t(world) || h->total_bytes != seg.size()) {
-    throw CommError("pycomm: shared memory " + name +
+    throw CommError("rank " + std::to_string(rank) + ": shared memory " + name +
                     " is not a pycomm segment for this world size (a stale or foreign segment?)");
   }
   return std::unique_ptr<Session>(
@@ -109,7 +109,8 @@ Session::~Session() = default;
 
 void Session::start() {
   if (header().attached.load(std::memory_order_acquire) != uint32_t(world_)) {
-    throw CommError("pycomm: not every rank attached to the shared memory segment");
+    throw CommError("rank " + std::to_string(rank_) +
+                    ": not every rank attached to the shared memory segment");
   }
   std::vector<pid_t> pids(static_cast<size_t>(world_));
   for (int r = 0; r < world_; ++r) pids[size_t(r)] = pid_t(control(r).own.pid.load(std::memory_order_acquire));
@@ -148,8 +149,9 @@ void Session::handshake(const Fingerprint& fp) {
     for (int q = 0; q < world_; ++q) agree += fp_of(q) == fp_of(r);
     if (agree > most) most = agree, reference = r;
   }
+  // No "rank R:" in front: every rank raises the very same message.
   std::ostringstream os;
-  os << "pycomm: collective #" << seq << " does not match across ranks";
+  os << "collective #" << seq << " does not match across ranks";
   for (int r = 0; r < world_; ++r) {
     if (fp_of(r) != fp_of(reference)) {
       os << " (" << first_difference(fp_of(reference), fp_of(r)) << " differs on rank " << r << ")";
@@ -228,7 +230,7 @@ bool Session::aborted() const {
 
 std::string Session::where() const {
   std::ostringstream os;
-  os << what_ << " #" << arrived_ << " on rank " << rank_;
+  os << what_ << " #" << arrived_;
   return os.str();
 }
 
@@ -258,14 +260,15 @@ void Session::fail_aborted() const {
     sched_yield();
   }
   std::ostringstream os;
-  os << "pycomm: " << what_ << " on rank " << rank_ << " failed: the communicator was aborted by rank "
+  os << "rank " << rank_ << ": " << what_ << " failed: the communicator was aborted by rank "
      << h.abort_by << ": " << h.abort_reason;
   throw CommTimeout(os.str());
 }
 
 void Session::fail_dead(int peer) {
   std::ostringstream os;
-  os << "pycomm: rank " << peer << " (pid " << watch_.pid_of(peer) << ") exited during " << where();
+  os << "rank " << rank_ << ": rank " << peer << " (pid " << watch_.pid_of(peer) << ") exited during "
+     << where();
   throw CommTimeout(abort(os.str()));
 }
 
@@ -281,7 +284,7 @@ void Session::fail_timeout(int peer, const char* waiting_for) {
     }
   }
   std::ostringstream os;
-  os << "pycomm: " << where() << " timed out after " << policy_.timeout_s << " s: ";
+  os << "rank " << rank_ << ": " << where() << " timed out after " << policy_.timeout_s << " s: ";
   if (count) {
     os << "still waiting for " << missing.str() << " to enter";
   } else {

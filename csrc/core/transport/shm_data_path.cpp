@@ -1,6 +1,7 @@
 #include "shm_data_path.h"
 
 #include <algorithm>
+#include <string>
 
 #include "../errors.h"
 
@@ -50,7 +51,8 @@ ShmDataPath::ShmDataPath(Session& session)
   rank_data_bytes_ = align_up(2 * slot_bytes_ + size_t(world_ - 1) * link_buffers_ * link_bytes_, 4096);
   if (slot_bytes_ == 0 || link_buffers_ < 2 ||
       rank_data_offset_ + rank_data_bytes_ * size_t(world_) > session.data_bytes()) {
-    throw CommError("pycomm: the session's data region does not hold a shared-memory data path");
+    throw CommError("rank " + std::to_string(session.rank()) +
+                    ": the session's data region does not hold a shared-memory data path");
   }
   sent_.assign(size_t(world_), 0);
   received_.assign(size_t(world_), 0);

@@ -30,7 +30,7 @@ std::string sys_error(const std::string& what, int err) {
 
 void* map_fd(int fd, size_t bytes, const std::string& path) {
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) throw CommError(sys_error("pycomm: mmap of " + path + " failed", errno));
+  if (p == MAP_FAILED) throw CommError(sys_error("mmap of " + path + " failed", errno));
   return p;
 }
 
@@ -54,7 +54,7 @@ std::string new_segment_name(const std::string& tag) {
 ShmSegment ShmSegment::create(const std::string& name, size_t bytes) {
   const std::string path = path_of(name);
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) throw CommError(sys_error("pycomm: cannot create shared memory " + path, errno));
+  if (fd < 0) throw CommError(sys_error("cannot create shared memory " + path, errno));
   ShmSegment seg;
   seg.name_ = name;
   // posix_fallocate reserves every page now; tmpfs answers ENOSPC here instead
@@ -71,7 +71,7 @@ ShmSegment ShmSegment::create(const std::string& name, size_t bytes) {
     ::close(fd);
     ::unlink(path.c_str());
     std::ostringstream os;
-    os << "pycomm: cannot reserve " << bytes << " bytes of shared memory in " << shm_dir()
+    os << "cannot reserve " << bytes << " bytes of shared memory in " << shm_dir()
        << " (" << std::strerror(err) << ")";
     struct statvfs vfs;
     if (statvfs(shm_dir().c_str(), &vfs) == 0) {
@@ -96,12 +96,12 @@ ShmSegment ShmSegment::create(const std::string& name, size_t bytes) {
 ShmSegment ShmSegment::open(const std::string& name) {
   const std::string path = path_of(name);
   int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) throw CommError(sys_error("pycomm: cannot open shared memory " + path, errno));
+  if (fd < 0) throw CommError(sys_error("cannot open shared memory " + path, errno));
   struct stat st;
   if (fstat(fd, &st) != 0 || st.st_size <= 0) {
     int err = errno;
     ::close(fd);
-    throw CommError(sys_error("pycomm: cannot size shared memory " + path, err));
+    throw CommError(sys_error("cannot size shared memory " + path, err));
   }
   const size_t bytes = size_t(st.st_size);
   ShmSegment seg;
