@@ -20,6 +20,16 @@
 
 namespace pycomm {
 
+// The core's op for a c10d op, with PREMUL_SUM's factor (hierarchical.cpp uses it too).
+struct Reduction {
+  core::ReduceOp op = core::ReduceOp::kSum;
+  bool premul = false;
+  double factor = 1.0;
+};
+// False for the ops pycomm does not run (the bitwise ones): the caller
+// forwards those to the fallback.
+bool reduction_of(const c10d::ReduceOp& op, Reduction* r);
+
 class Backend : public c10d::Backend {
  public:
   Backend(std::shared_ptr<Communicator> comm, c10::intrusive_ptr<c10d::Backend> fallback);
@@ -82,14 +92,22 @@ class Backend : public c10d::Backend {
 
   const std::shared_ptr<Communicator>& communicator() const { return comm_; }
 
- private:
+ protected:
+  // A group that spans hosts (hierarchical.h): `comm` covers this host's
+  // ranks only, so the group's rank and size are given apart from it.
+  Backend(int rank, int size, std::shared_ptr<Communicator> comm,
+          c10::intrusive_ptr<c10d::Backend> fallback);
+
   c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, Job job, bool async_op);
   // Waits for pycomm's queued work, then returns the fallback backend: what
   // the caller hands it may depend on that work. (The other way round, as
   // with gloo alone, a caller waits for an isend/irecv before a collective
   // uses its tensor.)
   c10d::Backend& fallback();
+  // The fallback without the wait, for jobs that call it on the worker, in order.
+  const c10::intrusive_ptr<c10d::Backend>& fallback_backend() const { return fallback_; }
 
+ private:
   std::shared_ptr<Communicator> comm_;
   c10::intrusive_ptr<c10d::Backend> fallback_;
 };
