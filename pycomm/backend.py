@@ -36,7 +36,7 @@ def _create(options, _backend_options=None):
     timeout_s = timeout_seconds(None, default=options.timeout.total_seconds())
     store = options.store
     what = f"pycomm backend set-up (group {options.group_id})"
-    layout = exchange(store, "pycomm/backend/hosts", rank, world, timeout_s, what)
+    layout = exchange(store, "pycomm/backend", rank, world, timeout_s, what)
     if len(layout.hosts) > 1:
         return create_hierarchical_backend(store, "pycomm/backend", layout, rank, timeout_s, what,
                                            tag=f"g{options.group_id}")
@@ -68,7 +68,7 @@ def create_hierarchical_backend(store, prefix: str, layout: HostLayout, rank: in
         members = [h for h, ranks in enumerate(layout.hosts) if len(ranks) > local]
         inter = dist.ProcessGroupGloo(dist.PrefixStore(f"{prefix}/inter/{local}/", store),
                                       members.index(host), len(members), timeout)
-        fallback = dist.ProcessGroupGloo(dist.PrefixStore("pycomm/fallback/", store), rank,
+        fallback = dist.ProcessGroupGloo(dist.PrefixStore(f"{prefix}/fallback/", store), rank,
                                          layout.world, timeout)
         return _C.make_hierarchical_backend(comm, inter, fallback, rank,
                                             [list(h) for h in layout.hosts],

@@ -1,7 +1,7 @@
 """Which ranks of a group share a host, learnt through the group's store.
 
 Each rank publishes its host identity (PYCOMM_HOST_ID when set, else hostname
-and boot id: rendezvous.host_identity); hosts are ordered by their lowest rank,
+and boot id: rendezvous.host_identity) with its pid; hosts are ordered by their lowest rank,
 and a host's ranks by their rank in the group (their local rank). torchrun's
 LOCAL_WORLD_SIZE is a cross-check: a layout that disagrees with it gets a
 warning, since the identities decide. A group on one host runs pycomm's
@@ -11,13 +11,12 @@ hierarchically (csrc/torch/hierarchical.h).
 from __future__ import annotations
 
 import os
-import time
 import warnings
 from dataclasses import dataclass
 from typing import List, Sequence, Tuple
 
 from . import _C
-from .rendezvous import host_identity
+from .rendezvous import _Rendezvous
 
 # All-reduces up to this many bytes go through each host's leader; larger ones
 # (on hosts with equal rank counts) reduce-scatter / all-reduce / all-gather.
@@ -72,6 +71,32 @@ class HostLayout:
         return lines
 
 
+    def plan(self, leader_max_bytes: int | None = None) -> List[str]:
+        """What the backend runs on this layout, collective by collective."""
+        if len(self.hosts) == 1:
+            return ["every collective: pycomm's shared memory (one host)"]
+        limit = leader_max_bytes if leader_max_bytes is not None else leader_max_bytes_setting()
+        if self.uniform:
+            return [f"all_reduce: leader (reduce to each host's first rank, gloo among leaders, "
+                    f"broadcast) up to {limit} B; rs-ar-ag above (shared-memory reduce-scatter, "
+                    f"gloo all-reduce of a 1/{len(self.hosts[0])} shard per local index, "
+                    f"shared-memory all-gather)",
+                    "all_gather, reduce_scatter: hierarchical (gloo per local index)",
+                    "broadcast, reduce: hierarchical (through each host's first rank)",
+                    "all_to_all: gloo over the whole group"]
+        return ["all_reduce: leader at every size (the hosts have different rank counts: "
+                "rs-ar-ag needs the same on every host)",
+                "all_gather, reduce_scatter: gloo over the whole group (uneven hosts)",
+                "broadcast, reduce: hierarchical (through each host's first rank)",
+                "all_to_all: gloo over the whole group"]
+
+
+def expected_layout(world: int, per_host: int) -> HostLayout:
+    """The layout torchrun gives `world` ranks at `per_host` a host (the last may have fewer)."""
+    hosts = [tuple(range(s, min(s + per_host, world))) for s in range(0, world, per_host)]
+    return HostLayout(tuple(hosts), tuple(f"host {i}" for i in range(len(hosts))))
+
+
 def leader_max_bytes_setting() -> int:
     raw = os.environ.get("PYCOMM_HIER_LEADER_MAX_KB")
     try:
@@ -81,20 +106,20 @@ def leader_max_bytes_setting() -> int:
 
 
 def exchange(store, prefix: str, rank: int, world: int, timeout_s: float, what: str) -> HostLayout:
-    """Collective: every rank publishes its host identity and learns everyone's.
-    Bounded by timeout_s; a timeout names the ranks that never published."""
-    store.set(f"{prefix}/{rank}", host_identity())
-    keys = [f"{prefix}/{r}" for r in range(world)]
-    deadline = time.monotonic() + timeout_s
-    delay = 1e-4
-    while not store.check(keys):
-        if time.monotonic() > deadline:
-            missing = [r for r, k in enumerate(keys) if not store.check([k])]
-            raise _C.CommTimeout(f"{what}: timed out after {timeout_s:g} s waiting for every rank's "
-                                 f"host; ranks that never arrived: {', '.join(map(str, missing))}")
-        time.sleep(delay)
-        delay = min(delay * 2, 0.01)
-    layout = HostLayout.from_identities([store.get(k).decode() for k in keys])
+    """Collective: every rank publishes its pid and host identity and learns
+    everyone's. The keys are the rendezvous's own first step (rendezvous.py),
+    under the same prefix, so its bounds hold: the wait ends at timeout_s
+    naming the ranks that never arrived, at once if one of them exits, and a
+    one-host set-up that follows finds them published already."""
+    rdv = _Rendezvous(store, prefix, rank, world, timeout_s, what)
+    try:
+        rdv.publish_pid()
+        keys = [rdv.key(f"pid/{r}") for r in range(world)]
+        rdv.wait_until(lambda: store.check(keys), "every rank to start set-up", rdv.unpublished)
+        rdv._watch_published_pids()
+        layout = HostLayout.from_identities([rdv.hosts[r] for r in range(world)])
+    finally:
+        rdv.peers.close()
     _cross_check(layout, rank, world)
     return layout
 

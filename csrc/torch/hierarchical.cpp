@@ -470,12 +470,15 @@ c10::intrusive_ptr<c10d::Work> HierarchicalBackend::alltoall(std::vector<at::Ten
     at::Tensor in = at::cat(ins);
     at::Tensor out = at::empty({out_total}, in.options());
     remote(ctx, "all_to_all", [&] {
-      return fallback_backend()->alltoall_base(out, in, os, is, c10d::AllToAllOptions());
+      // Copies: the backend may take its split sizes over (gloo moves them).
+      std::vector<int64_t> o = os, i = is;
+      return fallback_backend()->alltoall_base(out, in, o, i, c10d::AllToAllOptions());
     });
-    int64_t at = 0;
+    int64_t offset = 0;
     for (size_t r = 0; r < outputs.size(); ++r) {
-      outputs[r].view({-1}).copy_(out.narrow(0, at, os[r]));
-      at += os[r];
+      at::Tensor dst = outputs[r];
+      dst.view({-1}).copy_(out.narrow(0, offset, os[r]));
+      offset += os[r];
     }
   };
   return launch(c10d::OpType::ALLTOALL, std::move(job), opts.asyncOp);
