@@ -24,7 +24,7 @@ import torch.distributed as dist
 from . import _C
 from .config import communicator_config, timeout_seconds
 from .rendezvous import create_communicator
-from .topology import HostLayout, exchange, leader_max_bytes_setting
+from .topology import HostLayout, exchange, leader_max_bytes_setting, piece_bytes_setting
 
 NAME = "pycomm"
 
@@ -72,7 +72,7 @@ def create_hierarchical_backend(store, prefix: str, layout: HostLayout, rank: in
                                          layout.world, timeout)
         return _C.make_hierarchical_backend(comm, inter, fallback, rank,
                                             [list(h) for h in layout.hosts],
-                                            leader_max_bytes_setting())
+                                            leader_max_bytes_setting(), piece_bytes_setting())
     except BaseException:
         comm.close()
         raise

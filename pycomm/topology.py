@@ -21,6 +21,9 @@ from .rendezvous import _Rendezvous
 # All-reduces up to this many bytes go through each host's leader; larger ones
 # (on hosts with equal rank counts) reduce-scatter / all-reduce / all-gather.
 DEFAULT_LEADER_MAX_KB = 64
+# rs-ar-ag runs in pieces of about this many bytes, pipelined (gloo reduces one while
+# shared memory scatters the next and gathers the one before).
+DEFAULT_PIECE_KB = 4096
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,14 @@ def leader_max_bytes_setting() -> int:
         return int(float(raw) * 1024) if raw else DEFAULT_LEADER_MAX_KB * 1024
     except ValueError:
         raise ValueError(f"PYCOMM_HIER_LEADER_MAX_KB: expected a number, got {raw!r}") from None
+
+
+def piece_bytes_setting() -> int:
+    raw = os.environ.get("PYCOMM_HIER_PIECE_KB")
+    try:
+        return max(1, int(float(raw) * 1024)) if raw else DEFAULT_PIECE_KB * 1024
+    except ValueError:
+        raise ValueError(f"PYCOMM_HIER_PIECE_KB: expected a number, got {raw!r}") from None
 
 
 def exchange(store, prefix: str, rank: int, world: int, timeout_s: float, what: str) -> HostLayout:

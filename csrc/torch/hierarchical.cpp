@@ -29,17 +29,7 @@ c10d::ReduceOp c10d_op(core::ReduceOp op) {
 // fallback) and waits for it. If it fails, this host's session is aborted
 // first: the local peers waiting for this rank fail at once, not at their
 // deadline. A timeout stays a CommTimeout; anything else is a CommError.
-void remote(const core::Context& ctx, const char* what,
-            const std::function<c10::intrusive_ptr<c10d::Work>()>& issue) {
-  std::string reason;
-  try {
-    issue()->wait();
-    return;
-  } catch (const c10::Error& e) {
-    reason = e.what_without_backtrace();
-  } catch (const std::exception& e) {
-    reason = e.what();
-  }
+[[noreturn]] void fail_remote(const core::Context& ctx, const char* what, const std::string& reason) {
   const std::string msg = std::string("pycomm: the inter-host step of ") + what + " failed on rank " +
                           std::to_string(ctx.session.rank()) + " of its host: " + reason;
   ctx.session.abort(msg);
@@ -47,6 +37,38 @@ void remote(const core::Context& ctx, const char* what,
     throw core::CommTimeout(msg);
   }
   throw core::CommError(msg);
+}
+
+// Issues one operation of another backend (between hosts, or the group-wide
+// fallback) without waiting for it. If it fails, this host's session is
+// aborted first: the local peers waiting for this rank fail at once, not at
+// their deadline. A timeout stays a CommTimeout; anything else is a CommError.
+c10::intrusive_ptr<c10d::Work> issue_remote(
+    const core::Context& ctx, const char* what,
+    const std::function<c10::intrusive_ptr<c10d::Work>()>& issue) {
+  try {
+    return issue();
+  } catch (const c10::Error& e) {
+    fail_remote(ctx, what, e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    fail_remote(ctx, what, e.what());
+  }
+}
+
+void wait_remote(const core::Context& ctx, const char* what, const c10::intrusive_ptr<c10d::Work>& w) {
+  try {
+    w->wait();
+  } catch (const c10::Error& e) {
+    fail_remote(ctx, what, e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    fail_remote(ctx, what, e.what());
+  }
+}
+
+// Issues and waits.
+void remote(const core::Context& ctx, const char* what,
+            const std::function<c10::intrusive_ptr<c10d::Work>()>& issue) {
+  wait_remote(ctx, what, issue_remote(ctx, what, issue));
 }
 
 at::Tensor flat(const at::Tensor& t) { return t.reshape({-1}); }
@@ -77,11 +99,12 @@ HostLayout::HostLayout(int r, std::vector<std::vector<int>> h) : rank(r), hosts(
 HierarchicalBackend::HierarchicalBackend(HostLayout layout, std::shared_ptr<Communicator> local,
                                          c10::intrusive_ptr<c10d::Backend> inter,
                                          c10::intrusive_ptr<c10d::Backend> fallback,
-                                         size_t leader_max_bytes)
+                                         size_t leader_max_bytes, size_t piece_bytes)
     : Backend(layout.rank, layout.world(), std::move(local), std::move(fallback)),
       layout_(std::move(layout)),
       inter_(std::move(inter)),
-      leader_max_bytes_(leader_max_bytes) {
+      leader_max_bytes_(leader_max_bytes),
+      piece_bytes_(std::max<size_t>(piece_bytes, 1)) {
   TORCH_CHECK_VALUE(communicator()->world() == layout_.local_size() &&
                         communicator()->rank() == layout_.local_rank,
                     "communicator: rank ", communicator()->rank(), " of ", communicator()->world(),
@@ -144,22 +167,51 @@ void HierarchicalBackend::all_reduce_now(const core::Context& ctx, const at::Ten
   // all-gather; the few elements left over go through the leaders.
   const int64_t main = split ? n / L * L : 0;
   if (main > 0) {
-    const int64_t shard = main / L;
-    at::Tensor part = at::empty({shard}, t.options());
-    core::ReduceScatterArgs rs;
-    rs.dtype = dtype;
-    rs.input = t.data_ptr();
-    rs.output = part.data_ptr();
-    rs.count = size_t(shard);
-    rs.op = host_op(red.op);
-    core::reduce_scatter(ctx, rs);
-    inter_all_reduce(ctx, part, red.op);
-    core::AllGatherArgs ag;
-    ag.dtype = dtype;
-    ag.input = part.data_ptr();
-    ag.output = t.data_ptr();
-    ag.count = size_t(shard);
-    core::all_gather(ctx, ag);
+    // In pieces, pipelined: while gloo reduces piece k between hosts (on its
+    // own threads), this rank reduce-scatters piece k+1 and all-gathers piece
+    // k-1 in shared memory. Piece boundaries fall on multiples of L elements,
+    // the same on every rank.
+    const int64_t units = main / L;
+    const int64_t esize = int64_t(core::dtype_size(dtype));
+    const int64_t per_piece = std::max<int64_t>(1, int64_t(piece_bytes_) / (esize * L));
+    const int64_t pieces = (units + per_piece - 1) / per_piece;
+    at::Tensor part = at::empty({units}, t.options());
+    char* base = static_cast<char*>(t.data_ptr());
+    std::vector<c10::intrusive_ptr<c10d::Work>> works(static_cast<size_t>(pieces));
+    auto gather = [&](int64_t k) {
+      const int64_t u0 = k * per_piece, m = std::min(per_piece, units - u0);
+      at::Tensor shard = part.narrow(0, u0, m);
+      if (works[size_t(k)]) wait_remote(ctx, "all_reduce", works[size_t(k)]);
+      works[size_t(k)].reset();
+      if (red.op == core::ReduceOp::kAvg) shard.div_(getSize());
+      core::AllGatherArgs ag;
+      ag.dtype = dtype;
+      ag.input = shard.data_ptr();
+      ag.output = base + u0 * L * esize;
+      ag.count = size_t(m);
+      core::all_gather(ctx, ag);
+    };
+    for (int64_t k = 0; k < pieces; ++k) {
+      const int64_t u0 = k * per_piece, m = std::min(per_piece, units - u0);
+      at::Tensor shard = part.narrow(0, u0, m);
+      core::ReduceScatterArgs rs;
+      rs.dtype = dtype;
+      rs.input = base + u0 * L * esize;
+      rs.output = shard.data_ptr();
+      rs.count = size_t(m);
+      rs.op = host_op(red.op);
+      core::reduce_scatter(ctx, rs);
+      if (inter_->getSize() > 1) {
+        works[size_t(k)] = issue_remote(ctx, "all_reduce", [&] {
+          std::vector<at::Tensor> ts{shard};
+          c10d::AllreduceOptions o;
+          o.reduceOp = c10d_op(red.op);
+          return inter_->allreduce(ts, o);
+        });
+      }
+      if (k > 0) gather(k - 1);
+    }
+    gather(pieces - 1);
   }
   if (main < n || n == 0) leader_all_reduce(ctx, t.narrow(0, main, n - main), red.op);
 }

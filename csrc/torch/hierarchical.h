@@ -7,7 +7,9 @@
 //    intra-host reduce-scatter half of the ring; an all-reduce of each rank's
 //    1/L shard among the ranks with the same local index on every host (the
 //    `inter` group); the intra-host all-gather half. Each host moves 1/L of
-//    the message over the network per rank, all L ranks at once.
+//    the message over the network per rank, all L ranks at once. It runs in
+//    pieces, pipelined: gloo reduces one piece while shared memory scatters the
+//    next and gathers the one before.
 //  - "leader" (small messages, or hosts with different rank counts): reduce to
 //    the host's first rank, all-reduce among those leaders, broadcast.
 // avg sums everywhere and divides by the group's size once, after the
@@ -53,7 +55,8 @@ class HierarchicalBackend : public Backend {
   // over the whole group.
   HierarchicalBackend(HostLayout layout, std::shared_ptr<Communicator> local,
                       c10::intrusive_ptr<c10d::Backend> inter,
-                      c10::intrusive_ptr<c10d::Backend> fallback, size_t leader_max_bytes);
+                      c10::intrusive_ptr<c10d::Backend> fallback, size_t leader_max_bytes,
+                      size_t piece_bytes);
 
   // "leader" or "rs-ar-ag": the all-reduce a message of `count` elements of
   // `bytes` bytes gets on this layout.
@@ -100,6 +103,7 @@ class HierarchicalBackend : public Backend {
   HostLayout layout_;
   c10::intrusive_ptr<c10d::Backend> inter_;
   size_t leader_max_bytes_;
+  size_t piece_bytes_;  // rs-ar-ag runs in pieces of about this many bytes, pipelined
 };
 
 }  // namespace pycomm

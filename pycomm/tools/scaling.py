@@ -240,14 +240,17 @@ def calibrate_hierarchical(rows: Union[str, Path, Sequence[Mapping[str, Any]]],
         raise ValueError("calibrate_hierarchical: no all_reduce rows of a --hosts run")
     hosts, n = int(rows[0]["hosts"]), int(rows[0]["world_size"])
     per_host = n // hosts
-    intra_s = [(float(r["size"]), per_host, r["intra_host_us"] * 1e-6) for r in rows
-               if r.get("intra_host_us") and lo <= r["size"] <= hi]
+    used = [r for r in rows if r.get("intra_host_us") and r.get("inter_host_us")
+            and r.get("pycomm_hier_us") and lo <= r["size"] <= hi]
+    intra_s = [(float(r["size"]), per_host, r["intra_host_us"] * 1e-6) for r in used]
     # The inter sweep moved size / L bytes (at least one element) per rank.
     esize = float(rows[0]["size"]) / max(1, int(rows[0]["count"]))
     inter_s = [(max(esize, float(r["size"]) // per_host), hosts, r["inter_host_us"] * 1e-6)
-               for r in rows if r.get("inter_host_us") and lo <= r["size"] <= hi]
-    a1, b1, _ = fit_alpha_beta(intra_s)
-    a2, b2, _ = fit_alpha_beta(inter_s)
+               for r in used]
+    # Each step's error counts against the hierarchical time it is part of.
+    whole = [r["pycomm_hier_us"] * 1e-6 for r in used]
+    a1, b1, _ = fit_alpha_beta(intra_s, relative_to=whole)
+    a2, b2, _ = fit_alpha_beta(inter_s, relative_to=whole)
     intra = Interconnect("calibrated-intra", a1, b1, "intra_host_us")
     inter = Interconnect("calibrated-inter", a2, b2, "inter_host_us, one shard's share")
     from ..topology import leader_max_bytes_setting
@@ -481,7 +484,8 @@ class Calibration:
                             f"fitted to {self.rows} all-reduce rows{where}")
 
 
-def fit_alpha_beta(samples: Iterable[Tuple[float, int, float]]) -> Tuple[float, float, float]:
+def fit_alpha_beta(samples: Iterable[Tuple[float, int, float]],
+                   relative_to: Optional[Sequence[float]] = None) -> Tuple[float, float, float]:
     """Fit alpha and B to (size_bytes, world_size, seconds) samples of single all-reduces.
 
     Each sample says t = a·alpha + b·(1/B) with a = 2(N-1), b = 2(N-1)/N · size: linear in
@@ -490,15 +494,25 @@ def fit_alpha_beta(samples: Iterable[Tuple[float, int, float]]) -> Tuple[float, 
     least squares would let the large sizes decide alpha too. A negative alpha or 1/B
     (noise) is clamped to 0 and the other refitted alone.
 
+    ``relative_to`` (one time per sample) measures the error against other times instead:
+    a step of a composite collective is fitted relative to the whole's time, so that where
+    the step is a small part of the whole its relative noise weighs little.
+
     Returns (alpha_s, bandwidth_Bps, max relative error); bandwidth is inf when the times do
     not grow with size.
     """
     xs, ys = [], []
-    for size, n, t in samples:
-        if n < 2 or t <= 0 or size <= 0:
+    samples = list(samples)
+    scales = list(relative_to) if relative_to is not None else [t for _, _, t in samples]
+    if len(scales) != len(samples):
+        raise ValueError("relative_to: one time per sample")
+    targets = []
+    for (size, n, t), w in zip(samples, scales):
+        if n < 2 or t <= 0 or size <= 0 or w <= 0:
             continue  # one rank moves nothing: no information about the links
-        xs.append(2 * (n - 1) / t)
-        ys.append(2 * (n - 1) / n * size / t)
+        xs.append(2 * (n - 1) / w)
+        ys.append(2 * (n - 1) / n * size / w)
+        targets.append(t / w)
     if len(xs) < 2:
         raise ValueError("calibrate: need at least two all-reduce rows with world_size >= 2 "
                          "and a positive time")
@@ -509,7 +523,8 @@ def fit_alpha_beta(samples: Iterable[Tuple[float, int, float]]) -> Tuple[float, 
     suu = sum(p * p for p in u)
     svv = sum(q * q for q in v)
     suv = sum(p * q for p, q in zip(u, v))
-    su, sv = sum(u), sum(v)
+    su = sum(p * z for p, z in zip(u, targets))
+    sv = sum(q * z for q, z in zip(v, targets))
     det = suu * svv - suv * suv
     if det <= 1e-12 * suu * svv:
         raise ValueError("calibrate: the rows cannot separate alpha from B; "
@@ -521,7 +536,7 @@ def fit_alpha_beta(samples: Iterable[Tuple[float, int, float]]) -> Tuple[float, 
     if cb < 0:
         ca, cb = su / suu, 0.0
     alpha, inv_b = ca / sx, cb / sy
-    worst = max(abs(alpha * x + inv_b * y - 1.0) for x, y in zip(xs, ys))
+    worst = max(abs(alpha * x + inv_b * y - z) for x, y, z in zip(xs, ys, targets))
     return alpha, (math.inf if inv_b == 0 else 1.0 / inv_b), worst
 
 
