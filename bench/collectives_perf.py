@@ -34,8 +34,9 @@ made), and the peers become:
   gloo       flat gloo over all N ranks (the default group)
   flat-pyc   the pycomm backend over all N ranks as one host: one shared-memory ring, which
              only exists because the "hosts" share this machine
-  intra      all_reduce only: pycomm all_reduce of the whole message among one host's ranks,
-             every host at once (the first and last steps of the hierarchical all-reduce)
+  intra      all_reduce only: pycomm reduce_scatter of the whole message among one host's
+             ranks, then all_gather back, every host at once (the first and last steps of the
+             hierarchical all-reduce)
   inter      all_reduce only: gloo all_reduce of a 1/L shard (L = N/H) among the ranks with
              one local index, every index at once (its middle step)
 intra and inter calibrate pycomm.tools.scaling's hierarchical model (`pycomm predict
@@ -660,9 +661,21 @@ def fake_host_peers(args, world):
     inter_groups = [dist.new_group([h * per_host + l for h in range(hosts)], backend="gloo")
                     for l in range(per_host)]
     intra = Peer("intra", "intra_host",
-                 f"intra = pycomm all_reduce of the whole message among one host's {per_host} "
-                 f"ranks, every host at once (the model's first and last steps)")
-    intra.calls = {"all_reduce": lambda i, o: dist.all_reduce(o, group=intra_groups[host])}
+                 f"intra = pycomm reduce_scatter of the whole message among one host's "
+                 f"{per_host} ranks, then all_gather back, every host at once (the model's first "
+                 f"and last steps, as the hierarchical all-reduce runs them)")
+    rs = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    ag = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+    def intra_steps(i, o):
+        n = o.numel() // per_host * per_host
+        if n == 0:
+            return dist.all_reduce(o, group=intra_groups[host])
+        shard = o.new_empty(n // per_host)
+        rs(shard, o[:n], group=intra_groups[host])
+        ag(o[:n], shard, group=intra_groups[host])
+
+    intra.calls = {"all_reduce": intra_steps}
     inter = Peer("inter", "inter_host",
                  f"inter = gloo all_reduce of a 1/{per_host} shard among the {hosts} ranks with "
                  f"one local index, every index at once (the model's middle step)")

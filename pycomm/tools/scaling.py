@@ -226,8 +226,8 @@ def calibrate_hierarchical(rows: Union[str, Path, Sequence[Mapping[str, Any]]],
                            lo: float = 64 * 1024, hi: float = 64 * MIB):
     """The hierarchical model calibrated on a ``collectives_perf.py --hosts H --json`` run.
 
-    Fits an intra link to the ``intra_host_us`` sweep (all-reduce of the message over one
-    host's L ranks) and an inter link to ``inter_host_us`` (all-reduce of a 1/L shard over
+    Fits an intra link to the ``intra_host_us`` sweep (reduce-scatter and all-gather of the
+    message over one host's L ranks: together a ring all-reduce) and an inter link to ``inter_host_us`` (all-reduce of a 1/L shard over
     H ranks, the L shards at once), then predicts ``pycomm_hier_us`` for each size in
     [lo, hi]. The leader threshold is the backend's (PYCOMM_HIER_LEADER_MAX_KB, 64 KiB).
     Returns (intra, inter, [(size, measured s, predicted s, relative error)]).
