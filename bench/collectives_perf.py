@@ -26,6 +26,22 @@ Peers, measured side by side in one run, in turns:
              all-reduce (inference_all_reduce), when deepspeed is importable (never installed
              by this script)
 
+--hosts H (all_reduce, all_gather, reduce_scatter, broadcast, ...): the ranks pose as H
+hosts of N/H ranks each, ranks 0..N/H-1 on the first (PYCOMM_HOST_ID while the groups are
+made), and the peers become:
+  hier       the pycomm backend over the fake hosts: shared memory inside each host, gloo
+             between them (csrc/torch/hierarchical.h); the ratios are against this one
+  gloo       flat gloo over all N ranks (the default group)
+  flat-pyc   the pycomm backend over all N ranks as one host: one shared-memory ring, which
+             only exists because the "hosts" share this machine
+  intra      all_reduce only: pycomm reduce_scatter of the whole message among one host's
+             ranks, then all_gather back, every host at once (the first and last steps of the
+             hierarchical all-reduce)
+  inter      all_reduce only: gloo all_reduce of a 1/L shard (L = N/H) among the ranks with
+             one local index, every index at once (its middle step)
+intra and inter calibrate pycomm.tools.scaling's hierarchical model (`pycomm predict
+--hier-calibrate FILE.json` compares its prediction with hier's times); #wrong is '-' there.
+
 Size and count, as nccl-tests prints them. size is the bytes of the larger of a rank's
 input and output: the tensor for all_reduce, broadcast and reduce; the output (N chunks)
 for all_gather; the input (N chunks) for reduce_scatter; the input (which is as large as
@@ -110,6 +126,8 @@ ROOT = 0
 PREMUL_FACTOR = 2.0
 # The issue's targets: pycomm/gloo speedup at these sizes, for every collective.
 TARGETS = ((64 << 10, 20.0), (16 << 20, 4.0))
+# --hosts: the hierarchical all-reduce against flat gloo over all ranks (issue 10).
+HIER_TARGETS = ((16 << 20, 2.0),)
 # Elements per block when filling and checking data: bounds the check's extra memory.
 CHECK_BLOCK = 1 << 22
 MPI_HINT = ("apt-get install -y openmpi-bin libopenmpi-dev && pip install mpi4py")
@@ -608,8 +626,72 @@ def mpi_column(args, world, sizes, esize):
     return rows, meta, note
 
 
+def fake_host_peers(args, world):
+    """--hosts: the hierarchical backend, flat gloo, the flat pycomm ring, and the intra- and
+    inter-host sweeps that calibrate the model. ([peers], [lines], [closers])."""
+    dist = world.dist
+    hosts, per_host = args.hosts, world.size // args.hosts
+    host, local = world.rank // per_host, world.rank % per_host
+    lines = []
+    flat, why = pycomm_backend_peer(args, world, args.op)  # no PYCOMM_HOST_ID: one host
+    os.environ["PYCOMM_HOST_ID"] = f"bench-host-{host}"
+    try:
+        hier, why_hier = pycomm_backend_peer(args, world, args.op)
+    finally:
+        del os.environ["PYCOMM_HOST_ID"]
+    peers = []
+    if hier is None:
+        lines.append(f"hierarchical pycomm backend absent: {why_hier}")
+    else:
+        hier.label, hier.key = "hier", "pycomm_hier"
+        hier.note = (f"hier = pycomm backend over {hosts} fake hosts x {per_host} ranks "
+                     f"(PYCOMM_HOST_ID): shared memory inside each, gloo between")
+        peers.append(hier)
+    peers.append(gloo_peer(args, world, args.op))
+    if flat is None:
+        lines.append(f"flat pycomm backend absent: {why}")
+    else:
+        flat.label = "flat-pyc"
+        flat.note = (f"flat-pyc = pycomm backend over all {world.size} ranks as one host "
+                     f"(one shared-memory ring)")
+        peers.append(flat)
+    # Every rank makes every group, in the same order.
+    intra_groups = [dist.new_group([h * per_host + l for l in range(per_host)], backend="pycomm")
+                    for h in range(hosts)]
+    inter_groups = [dist.new_group([h * per_host + l for h in range(hosts)], backend="gloo")
+                    for l in range(per_host)]
+    intra = Peer("intra", "intra_host",
+                 f"intra = pycomm reduce_scatter of the whole message among one host's "
+                 f"{per_host} ranks, then all_gather back, every host at once (the model's first "
+                 f"and last steps, as the hierarchical all-reduce runs them)")
+    rs = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    ag = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+    def intra_steps(i, o):
+        n = o.numel() // per_host * per_host
+        if n == 0:
+            return dist.all_reduce(o, group=intra_groups[host])
+        shard = o.new_empty(n // per_host)
+        rs(shard, o[:n], group=intra_groups[host])
+        ag(o[:n], shard, group=intra_groups[host])
+
+    intra.calls = {"all_reduce": intra_steps}
+    inter = Peer("inter", "inter_host",
+                 f"inter = gloo all_reduce of a 1/{per_host} shard among the {hosts} ranks with "
+                 f"one local index, every index at once (the model's middle step)")
+    inter.calls = {"all_reduce": lambda i, o: dist.all_reduce(
+        o[:max(1, o.numel() // per_host)], group=inter_groups[local])}
+    for p in (intra, inter):
+        p.exact = {"all_reduce": False}
+    if "all_reduce" in args.collectives:
+        peers += [intra, inter]
+    return peers, lines, []
+
+
 def set_up_peers(args, world):
     """([peers], [header lines about absent peers], [closers])."""
+    if args.hosts > 1:
+        return fake_host_peers(args, world)
     peers, lines, closers = [], [], []
     backend, why = pycomm_backend_peer(args, world, args.op)
     if backend is not None:
@@ -715,6 +797,10 @@ def make_row(args, world, collective, lay, times, t_ceiling, wrong, peers, prima
     g, mu = row.get("gloo_us"), row.get("mpi_us")
     row["gloo_over_pycomm"] = g / prim if g and prim else None
     row["pycomm_over_mpi"] = prim / mu if prim and mu else None
+    if primary is not None and primary.key == "pycomm_hier":
+        f = row.get("pycomm_backend_us")
+        row["flat_over_hier"] = f / prim if f and prim else None
+        row["hosts"] = args.hosts
     if collective == "all_reduce":
         d = row.get("pycomm_direct_us")
         row["direct_over_mpi"] = d / mu if d and mu else None
@@ -722,7 +808,8 @@ def make_row(args, world, collective, lay, times, t_ceiling, wrong, peers, prima
         row.update(pycomm_us=d if d is not None else prim, stock_us=g,
                    stock_backend=world.dist.get_backend(), stock_wrong=row.get("gloo_wrong"))
     row["wrong"] = sum(row.get(f"{k}_wrong") or 0
-                       for k in ("pycomm_backend", "pycomm_direct", "pycomm_norestore"))
+                       for k in ("pycomm_backend", "pycomm_direct", "pycomm_norestore",
+                                 "pycomm_hier"))
     return row
 
 
@@ -774,7 +861,8 @@ def run(args):
     rows, summary = [], []
     for collective in args.collectives:
         active = [p for p in peers if collective in p.calls]
-        primary = next((p for p in active if p.key == "pycomm_backend"), None) or \
+        primary = next((p for p in active if p.key == "pycomm_hier"), None) or \
+            next((p for p in active if p.key == "pycomm_backend"), None) or \
             next((p for p in active if p.key == "pycomm_direct"), None)
         table = Table(collective, active, primary, bool(mpi_rows), world.size)
         if world.rank == 0:
@@ -800,14 +888,16 @@ def run(args):
 
 def report(args, world, rows, summary, peers, lines, mpi_meta):
     total = sum(r["wrong"] for r in rows)
-    print(f"# summary: pycomm/gloo speedup (targets: >= {TARGETS[0][1]:g}x at "
-          f"{human(TARGETS[0][0])}, >= {TARGETS[1][1]:g}x at {human(TARGETS[1][0])}); "
+    targets = HIER_TARGETS if args.hosts > 1 else TARGETS
+    print(f"# summary: pycomm/gloo speedup (targets: "
+          + ", ".join(f">= {x:g}x at {human(size)}" for size, x in targets) + "; "
           f"pycomm #wrong total: {total}")
     for s in summary:
         print(f"#   {s['line']}")
     if args.json:
         meta = dict(world_size=world.size, dtype=args.dtype, op=args.op,
                     algorithm=args.algorithm, rounds=args.rounds, collectives=args.collectives,
+                    hosts=args.hosts,
                     stock_backend=world.dist.get_backend(), peers={p.key: p.note for p in peers},
                     notes=lines, mpi=mpi_meta or None, threads=world.torch.get_num_threads(),
                     busbw="nccl-tests: all_reduce 2(n-1)/n; all_gather, reduce_scatter, "
@@ -835,13 +925,21 @@ def put_peer(row, key, rounds_s, nbytes, factor, wrong, failed):
 
 
 def collective_summary(collective, rows, primary, has_mpi):
-    who = "" if primary is None or primary.key == "pycomm_backend" else " (direct API)"
+    who = {None: "", "pycomm_backend": "", "pycomm_hier": " (hierarchical)"}.get(
+        primary.key if primary else None, " (direct API)")
     parts, met = [], []
-    for size, target in TARGETS:
+    targets = TARGETS
+    if primary is not None and primary.key == "pycomm_hier":
+        targets = HIER_TARGETS if collective == "all_reduce" else \
+            tuple((size, None) for size, _ in TARGETS)  # no target: the speedups only
+    for size, target in targets:
         r = next((r for r in rows if r["size"] == size), None)
         s = r and r.get("gloo_over_pycomm")
         if s is None:
             parts.append(f"{human(size)}: {'not in this sweep' if r is None else '-'}")
+            met.append(None)
+        elif target is None:
+            parts.append(f"{s:.1f}x at {human(size)}")
             met.append(None)
         else:
             ok = s >= target
@@ -889,6 +987,8 @@ class Table:
                      ("busbw", 7, _f(f"{key}_busbw", ".2f")),
                      ("#wrong", 6, _f(f"{key}_wrong", "d")), None]
         cols += [("gloo/pyc", 8, _f("gloo_over_pycomm", ".1f"))]
+        if primary is not None and primary.key == "pycomm_hier":
+            cols += [("flat/hier", 9, _f("flat_over_hier", ".2f"))]
         if has_mpi:
             cols += [("pyc/mpi", 7, _f("pycomm_over_mpi", ".2f"))]
             if collective == "all_reduce" and any(p.key == "pycomm_direct" for p in peers):
@@ -942,8 +1042,11 @@ def parse_args(argv=None):
     p.add_argument("-f", "--stepfactor", type=float, default=4.0, metavar="FACTOR",
                    help="multiply the size by this from one row to the next (<= 1: add 1 byte); "
                         "64K and 16M are added when within -b..-e")
-    p.add_argument("--nproc", type=int, default=2, metavar="RANKS",
+    p.add_argument("--nproc", "--ranks", type=int, default=2, metavar="RANKS",
                    help="ranks to spawn (ignored under torchrun)")
+    p.add_argument("--hosts", type=int, default=1, metavar="HOSTS",
+                   help="pose the ranks as this many hosts (PYCOMM_HOST_ID): the hierarchical "
+                        "backend against flat gloo and the flat pycomm ring")
     p.add_argument("--collective", default="all", metavar="NAME[,NAME...]",
                    help=f"collectives to sweep, of {', '.join(COLLECTIVES)}; all: every one")
     p.add_argument("-d", "--dtype", choices=DTYPES, default="float32", metavar="DTYPE",
@@ -983,6 +1086,8 @@ def parse_args(argv=None):
         p.error(f"--collective: unknown {', '.join(bad) or '(none)'}; choose from "
                 f"{', '.join(COLLECTIVES)}")
     args.collectives = list(dict.fromkeys(names))
+    if args.hosts < 1 or (args.hosts > 1 and args.nproc % args.hosts):
+        p.error(f"--hosts: {args.hosts} does not divide the {args.nproc} ranks")
     if args.rounds < 1 or args.min_iters < 1:
         p.error("--rounds and --min-iters must be >= 1")
     return args

@@ -9,14 +9,22 @@
 store torch hands the backend (bounded like every pycomm wait, see
 rendezvous.py), and a gloo backend on a prefixed copy of that store for what
 pycomm does not run itself (send/recv, gather, scatter, bitwise ops).
+
+A group whose ranks span hosts (topology.py) gets the hierarchical backend
+(csrc/torch/hierarchical.h): a communicator over each host's ranks, and a gloo
+group over the ranks with the same local index on every host for the steps
+between hosts.
 """
 from __future__ import annotations
+
+import datetime
 
 import torch.distributed as dist
 
 from . import _C
 from .config import communicator_config, timeout_seconds
 from .rendezvous import create_communicator
+from .topology import HostLayout, exchange, leader_max_bytes_setting, piece_bytes_setting
 
 NAME = "pycomm"
 
@@ -27,9 +35,13 @@ def _create(options, _backend_options=None):
     # PYCOMM_TIMEOUT if set, else the group's own timeout.
     timeout_s = timeout_seconds(None, default=options.timeout.total_seconds())
     store = options.store
+    what = f"pycomm backend set-up (group {options.group_id})"
+    layout = exchange(store, "pycomm/backend", rank, world, timeout_s, what)
+    if len(layout.hosts) > 1:
+        return create_hierarchical_backend(store, "pycomm/backend", layout, rank, timeout_s, what,
+                                           tag=f"g{options.group_id}")
     comm = create_communicator(store, "pycomm/backend", rank, world, timeout_s,
-                               communicator_config(world, timeout_s),
-                               what=f"pycomm backend set-up (group {options.group_id})",
+                               communicator_config(world, timeout_s), what=what,
                                tag=f"g{options.group_id}")
     try:
         fallback = dist.ProcessGroupGloo(dist.PrefixStore("pycomm/fallback/", store), rank, world,
@@ -38,6 +50,32 @@ def _create(options, _backend_options=None):
         comm.close()
         raise
     return _C.make_backend(comm, fallback)
+
+
+def create_hierarchical_backend(store, prefix: str, layout: HostLayout, rank: int,
+                                timeout_s: float, what: str, tag: str = ""):
+    """Collective: the backend of a group that spans hosts. Every wait in it,
+    gloo's included, ends at timeout_s."""
+    host, local = layout.host_of(rank), layout.local_rank(rank)
+    size = len(layout.hosts[host])
+    comm = create_communicator(store, f"{prefix}/host{host}", local, size, timeout_s,
+                               communicator_config(size, timeout_s), what=what,
+                               tag=f"{tag}h{host}")
+    try:
+        timeout = datetime.timedelta(seconds=timeout_s)
+        # The ranks with this local index, one per host that has one (every
+        # host's leader for local index 0), in host order.
+        members = [h for h, ranks in enumerate(layout.hosts) if len(ranks) > local]
+        inter = dist.ProcessGroupGloo(dist.PrefixStore(f"{prefix}/inter/{local}/", store),
+                                      members.index(host), len(members), timeout)
+        fallback = dist.ProcessGroupGloo(dist.PrefixStore(f"{prefix}/fallback/", store), rank,
+                                         layout.world, timeout)
+        return _C.make_hierarchical_backend(comm, inter, fallback, rank,
+                                            [list(h) for h in layout.hosts],
+                                            leader_max_bytes_setting(), piece_bytes_setting())
+    except BaseException:
+        comm.close()
+        raise
 
 
 def register():

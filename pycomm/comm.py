@@ -15,6 +15,7 @@ import torch.distributed as dist
 
 from .config import communicator_config, timeout_seconds
 from .rendezvous import create_communicator
+from .topology import exchange
 
 __all__ = ["Communicator", "init", "all_reduce", "barrier", "destroy", "get_communicator"]
 
@@ -55,9 +56,18 @@ class Communicator:
         # Every rank creates its communicators in the same order, so each one's
         # own count names this communicator identically on every rank.
         serial = store.add(f"pycomm/serial/{self.rank}", 1)
-        self._impl = create_communicator(
-            store, f"pycomm/comm/{serial}", self.rank, self.world_size, timeout_s,
-            communicator_config(self.world_size, timeout_s), what=_caller)
+        prefix = f"pycomm/comm/{serial}"
+        layout = exchange(store, prefix, self.rank, self.world_size, timeout_s, _caller)
+        if len(layout.hosts) > 1:
+            from .backend import create_hierarchical_backend
+
+            self._impl = _AcrossHosts(create_hierarchical_backend(
+                store, prefix, layout, self.rank, timeout_s, _caller, tag=f"c{serial}"))
+        else:
+            self._impl = create_communicator(
+                store, prefix, self.rank, self.world_size, timeout_s,
+                communicator_config(self.world_size, timeout_s), what=_caller)
+        self.layout = layout
         self.timeout_s = timeout_s
         self.segment_name = self._impl.segment_name
 
@@ -114,6 +124,61 @@ def _algorithm_name(algorithm) -> str:
     if algorithm.__class__ is not str:
         raise ValueError(f"algorithm: expected one of {', '.join(_ALGORITHMS)}, got {algorithm!r}")
     return algorithm
+
+
+_OPS_BY_NAME = {name: op for op, name in _REDUCE_OPS.items()}
+
+
+class _AcrossHosts:
+    """The native communicator's face (all_reduce, barrier, close) over pycomm's
+    hierarchical backend, for a group whose ranks span hosts: shared memory in
+    each host, gloo between hosts (csrc/torch/hierarchical.h). The algorithm
+    there is chosen by size and layout; `algorithm` is only checked, and
+    restore_on_failure does not apply (a failed step is aborted everywhere)."""
+
+    segment_name = ""  # one segment per host, none of them this object's
+
+    def __init__(self, backend):
+        self._backend = backend
+
+    def all_reduce(self, tensor, op, async_op, algorithm, restore_on_failure=None,
+                   python_future=False):
+        if op not in _OPS_BY_NAME:
+            raise ValueError(f"op: unknown reduction '{op}'; expected one of {', '.join(_OP_NAMES)}")
+        if algorithm not in _ALGORITHMS:
+            raise ValueError(f"algorithm: unknown algorithm '{algorithm}'; expected one of "
+                             f"{', '.join(_ALGORITHMS)}")
+        opts = dist.AllreduceOptions()
+        opts.reduceOp = _OPS_BY_NAME[op]
+        opts.asyncOp = async_op
+        work = self._backend.allreduce([tensor], opts)
+        if not async_op:
+            work.wait()
+            return None
+        return _AcrossHostsWork(work)
+
+    def barrier(self):
+        self._backend.barrier(dist.BarrierOptions()).wait()
+
+    def close(self):
+        backend, self._backend = self._backend, None
+        if backend is not None:
+            backend.shutdown()
+
+
+class _AcrossHostsWork:
+    def __init__(self, work):
+        self._work = work
+
+    def wait(self):
+        return self._work.wait()
+
+    def is_completed(self):
+        return self._work.is_completed()
+
+    def get_future(self):
+        # The backend's future holds the output list (c10d's convention).
+        return self._work.get_future().then(lambda f: f.value()[0])
 
 
 _communicators: dict = {}

@@ -3,7 +3,8 @@
 Every wait here ends at pycomm's timeout and names the ranks that never
 arrived; a rank whose process exits during set-up is noticed at once (each
 rank publishes its pid before anything else, and the others watch those pids);
-ranks on different hosts get a clear error instead of a missing file; and a
+ranks on different hosts get a clear error instead of a missing file (callers
+split a group that spans hosts first: topology.py); and a
 failed set-up removes its segment on every path.
 
     1. every rank publishes "<pid> <host>";
@@ -152,7 +153,8 @@ class _Rendezvous:
             r = min(others)
             self.fail(f"rank {r} runs on another host ({others[r]}) than rank {self.rank} "
                       f"({self.hosts[self.rank]}): pycomm's shared memory needs every rank of a "
-                      f"group on one host (multi-host groups are not supported yet)")
+                      f"communicator on one host (groups that span hosts run hierarchically, "
+                      f"through topology.py)")
 
 
 def create_communicator(store, prefix: str, rank: int, world: int, timeout_s: float,

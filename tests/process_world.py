@@ -114,10 +114,11 @@ class RankFailed(AssertionError):
 class ProcessWorld:
     """world_size rank processes. comm_timeout (s): pycomm's timeout in a gloo
     world, the default group's timeout otherwise (None: torch's default).
-    env: variables set in each rank before torch is imported."""
+    env: variables set in each rank before torch is imported; a list of dicts
+    gives each rank its own (e.g. PYCOMM_HOST_ID, to pose as several hosts)."""
 
     def __init__(self, world_size: int, comm_timeout: float | None = 60.0, backend: str = "gloo",
-                 env: dict | None = None):
+                 env: dict | list | None = None):
         import torch.distributed as dist
 
         ctx = mp.get_context("spawn")
@@ -135,7 +136,8 @@ class ProcessWorld:
             parent, child = ctx.Pipe()
             p = ctx.Process(target=_rank_main,
                             args=(rank, world_size, port, child, comm_timeout, backend,
-                                  dict(env or {})),
+                                  dict((env[rank] if isinstance(env, (list, tuple)) else env)
+                                       or {})),
                             daemon=True)
             p.start()
             child.close()

@@ -110,3 +110,27 @@ def test_bad_collective_refused():
     proc = subprocess.run([sys.executable, str(SCRIPT), "--collective", "all_reduce,nope"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "nope" in proc.stderr
+
+
+@pytest.mark.skipif(not HAS_BACKEND, reason="the pycomm backend is not registered")
+def test_fake_hosts_columns(tmp_path):
+    """--hosts 2 with 4 ranks: the hierarchical column beside flat gloo and the flat pycomm
+    ring, the intra/inter sweeps for the model, every check exact."""
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1")
+    cmd = [sys.executable, str(SCRIPT), "--hosts", "2", "--ranks", "4", "-b", "1K", "-e", "128K",
+           "-f", "128", "--collective", "all_reduce,all_gather", "--rounds", "1", "--min-time",
+           "0.005", "--min-iters", "2", "--warmup", "1", "--no-mpi", "--no-deepspeed",
+           "--json", str(tmp_path / "h.json")]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=240, start_new_session=True)
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-4000:]}"
+    data = json.loads((tmp_path / "h.json").read_text())
+    assert data["meta"]["hosts"] == 2
+    for r in data["rows"]:
+        assert r["world_size"] == 4 and r["hosts"] == 2, r
+        assert r["pycomm_hier_us"] > 0 and r["pycomm_hier_wrong"] == 0, r
+        assert r["gloo_wrong"] == 0 and r["pycomm_backend_wrong"] == 0, r
+        assert r["flat_over_hier"] > 0 and r["gloo_over_pycomm"] > 0, r
+        if r["collective"] == "all_reduce":
+            assert r["intra_host_us"] > 0 and r["inter_host_us"] > 0, r
+    assert "flat/hier" in proc.stdout and "hier us" in proc.stdout

@@ -432,3 +432,70 @@ def test_compare_with_measurement():
     with pytest.raises(ValueError, match="calibration"):
         compare_with_measurement(measured_step_s=1, step_compute_s=1, bucket_bytes=[1],
                                  world_size=2)
+
+
+# --------------------------------------------------------------------------- hierarchy
+
+ETH = scaling.get_interconnect("10gbe")
+
+
+def test_hierarchical_time_is_its_three_steps():
+    """Intra ring of the message over L, inter ring of a 1/L shard over H at the shard's
+    share of the host's link; the leader variant moves the whole message between hosts."""
+    size, h, per = 64 * MIB, 4, 8
+    intra = ring_allreduce_time(size, per, NVLINK.alpha_s, NVLINK.bandwidth_Bps)
+    inter = ring_allreduce_time(size / per, h, ETH.alpha_s, ETH.bandwidth_Bps / per)
+    assert scaling.hierarchical_allreduce_time(size, h, per, NVLINK, ETH) == \
+        pytest.approx(intra + inter)
+    own_nics = ring_allreduce_time(size / per, h, ETH.alpha_s, ETH.bandwidth_Bps)
+    assert scaling.hierarchical_allreduce_time(size, h, per, NVLINK, ETH, nics_per_host=per) == \
+        pytest.approx(intra + own_nics)
+    leader = ring_allreduce_time(size, h, ETH.alpha_s, ETH.bandwidth_Bps)
+    assert scaling.hierarchical_allreduce_time(size, h, per, NVLINK, ETH,
+                                               leader_max_bytes=size) == pytest.approx(intra + leader)
+
+
+def test_hierarchy_limits():
+    # One host: only the intra ring; one rank per host: only the inter ring.
+    assert scaling.hierarchical_allreduce_time(MIB, 1, 8, NVLINK, ETH) == \
+        pytest.approx(ring_allreduce_time(MIB, 8, NVLINK.alpha_s, NVLINK.bandwidth_Bps))
+    assert scaling.hierarchical_allreduce_time(MIB, 4, 1, NVLINK, ETH) == \
+        pytest.approx(ring_allreduce_time(MIB, 4, ETH.alpha_s, ETH.bandwidth_Bps))
+    assert scaling.hierarchical_allreduce_time(0, 4, 8, NVLINK, ETH) == 0.0
+    with pytest.raises(ValueError):
+        scaling.hierarchical_allreduce_time(MIB, 0, 8, NVLINK, ETH)
+
+
+def test_hierarchy_beats_a_flat_ring_across_ethernet_and_grows_with_size():
+    cluster = Cluster(32, 8, NVLINK, ETH)
+    sizes = [64 << 10, MIB, 16 * MIB, 256 * MIB]
+    rows = scaling.hierarchy_table(cluster, sizes)
+    times = [hier for _, _, hier, _ in rows]
+    assert times == sorted(times)  # more bytes never take less time
+    for _, flat, hier, ratio in rows:
+        assert hier < flat and ratio == pytest.approx(flat / hier)
+    # Latency-bound: 2(N-1) ring steps against 2(L-1) + 2(H-1); bandwidth-bound: a flat
+    # ring's 2(N-1)/N against the hosts' 2(H-1)/H over the shared NIC.
+    assert rows[0][3] > rows[-1][3] > 1.0
+    assert rows[-1][3] == pytest.approx((31 / 32) / (3 / 4), rel=0.05)
+
+
+def test_hierarchical_calibration_recovers_its_links():
+    intra = Interconnect("i", 5e-6, 10e9)
+    inter = Interconnect("e", 200e-6, 0.5e9)
+    rows = []
+    for size in [4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]:
+        t_intra = ring_allreduce_time(size, 2, intra.alpha_s, intra.bandwidth_Bps)
+        t_inter = ring_allreduce_time(size // 2, 2, inter.alpha_s, inter.bandwidth_Bps)
+        hier = scaling.hierarchical_allreduce_time(size, 2, 2, intra, inter, nics_per_host=2,
+                                                   leader_max_bytes=64 << 10)
+        rows.append(dict(collective="all_reduce", size=size, count=size // 4, world_size=4,
+                         hosts=2, intra_host_us=t_intra * 1e6, inter_host_us=t_inter * 1e6,
+                         pycomm_hier_us=hier * 1e6))
+    got_intra, got_inter, errors = scaling.calibrate_hierarchical(rows, lo=4 << 10)
+    assert got_intra.alpha_s == pytest.approx(intra.alpha_s, rel=1e-6)
+    assert got_inter.bandwidth_Bps == pytest.approx(inter.bandwidth_Bps, rel=1e-6)
+    # Exact but for the leader sizes, which the model costs as whole-message rings.
+    assert all(abs(e) < 1e-6 for size, _, _, e in errors if size > 64 << 10)
+    with pytest.raises(ValueError):
+        scaling.calibrate_hierarchical([dict(collective="all_reduce", size=8, world_size=4)])

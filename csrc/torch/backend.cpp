@@ -7,13 +7,6 @@
 #include "tensor_checks.h"
 
 namespace pycomm {
-
-struct Reduction {
-  core::ReduceOp op = core::ReduceOp::kSum;
-  bool premul = false;
-  double factor = 1.0;
-};
-
 namespace {
 
 // c10d's view of one queued job: wait() rethrows pycomm's typed error
@@ -38,19 +31,6 @@ class Work : public c10d::Work {
   std::shared_ptr<WorkItem> item_;
 };
 
-
-// The core's op, with PREMUL_SUM's factor. False for the ops pycomm does not
-// run (the bitwise ones): the caller forwards those to the fallback.
-bool reduction_of(const c10d::ReduceOp& op, Reduction* r) {
-  if (!to_core_op(op, &r->op, &r->premul)) return false;
-  if (r->premul) {
-    auto* s = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
-    TORCH_CHECK_VALUE(s != nullptr, "op: premul_sum without its factor");
-    r->factor = s->tensor_factor.defined() ? s->tensor_factor.item<double>() : s->double_factor;
-  }
-  return true;
-}
-
 // Elements per row of dim 0, for split sizes given in rows.
 int64_t row_elems(const at::Tensor& t) { return t.dim() == 0 || t.size(0) == 0 ? 0 : t.numel() / t.size(0); }
 
@@ -63,14 +43,15 @@ at::Tensor flat_of(const std::vector<at::Tensor>& ts) {
   return at::cat(flat);
 }
 
-// pycomm runs the all-reduce of CUDA tensors itself (cuda_path.h); their other
-// collectives go to the fallback (gloo stages CUDA tensors through the host).
+}  // namespace
+
 bool any_cuda(const std::vector<at::Tensor>& ts) {
   for (const auto& t : ts) {
     if (t.defined() && t.is_cuda()) return true;
   }
   return false;
 }
+
 bool any_cuda(const std::vector<std::vector<at::Tensor>>& lists) {
   for (const auto& l : lists) {
     if (any_cuda(l)) return true;
@@ -78,10 +59,22 @@ bool any_cuda(const std::vector<std::vector<at::Tensor>>& lists) {
   return false;
 }
 
-}  // namespace
+bool reduction_of(const c10d::ReduceOp& op, Reduction* r) {
+  if (!to_core_op(op, &r->op, &r->premul)) return false;
+  if (r->premul) {
+    auto* s = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
+    TORCH_CHECK_VALUE(s != nullptr, "op: premul_sum without its factor");
+    r->factor = s->tensor_factor.defined() ? s->tensor_factor.item<double>() : s->double_factor;
+  }
+  return true;
+}
 
 Backend::Backend(std::shared_ptr<Communicator> comm, c10::intrusive_ptr<c10d::Backend> fallback)
-    : c10d::Backend(comm->rank(), comm->world()), comm_(std::move(comm)), fallback_(std::move(fallback)) {}
+    : Backend(comm->rank(), comm->world(), comm, std::move(fallback)) {}
+
+Backend::Backend(int rank, int size, std::shared_ptr<Communicator> comm,
+                 c10::intrusive_ptr<c10d::Backend> fallback)
+    : c10d::Backend(rank, size), comm_(std::move(comm)), fallback_(std::move(fallback)) {}
 
 Backend::~Backend() = default;
 

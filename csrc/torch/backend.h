@@ -20,7 +20,21 @@
 
 namespace pycomm {
 
-struct Reduction;  // a c10d ReduceOp as pycomm runs it (backend.cpp)
+// The core's op for a c10d op, with PREMUL_SUM's factor (hierarchical.cpp uses it too).
+struct Reduction {
+  core::ReduceOp op = core::ReduceOp::kSum;
+  bool premul = false;
+  double factor = 1.0;
+};
+// False for the ops pycomm does not run (the bitwise ones): the caller
+// forwards those to the fallback.
+bool reduction_of(const c10d::ReduceOp& op, Reduction* r);
+
+// Whether any tensor is a CUDA tensor. pycomm runs the all-reduce of CUDA
+// tensors itself on one host (cuda_path.h); their other collectives, and all
+// of them across hosts, go to the fallback (gloo stages them through the host).
+bool any_cuda(const std::vector<at::Tensor>& ts);
+bool any_cuda(const std::vector<std::vector<at::Tensor>>& lists);
 
 class Backend : public c10d::Backend {
  public:
@@ -84,7 +98,12 @@ class Backend : public c10d::Backend {
 
   const std::shared_ptr<Communicator>& communicator() const { return comm_; }
 
- private:
+ protected:
+  // A group that spans hosts (hierarchical.h): `comm` covers this host's
+  // ranks only, so the group's rank and size are given apart from it.
+  Backend(int rank, int size, std::shared_ptr<Communicator> comm,
+          c10::intrusive_ptr<c10d::Backend> fallback);
+
   c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, Job job, bool async_op);
   // The all-reduce of CUDA tensors (csrc/torch/cuda_path.h).
   c10::intrusive_ptr<c10d::Work> cuda_allreduce(std::vector<at::Tensor>& tensors,
@@ -94,7 +113,10 @@ class Backend : public c10d::Backend {
   // with gloo alone, a caller waits for an isend/irecv before a collective
   // uses its tensor.)
   c10d::Backend& fallback();
+  // The fallback without the wait, for jobs that call it on the worker, in order.
+  const c10::intrusive_ptr<c10d::Backend>& fallback_backend() const { return fallback_; }
 
+ private:
   std::shared_ptr<Communicator> comm_;
   c10::intrusive_ptr<c10d::Backend> fallback_;
 };

@@ -17,6 +17,7 @@
 #include "communicator.h"
 #include "cuda_path.h"
 #include "dtype_map.h"
+#include "hierarchical.h"
 #include "tensor_checks.h"
 
 namespace py = pybind11;
@@ -241,6 +242,23 @@ PYBIND11_MODULE(_C, m) {
         },
         py::arg("communicator"), py::arg("fallback"),
         "The c10d backend over `communicator`, forwarding what it does not run to `fallback`.");
+  m.def("make_hierarchical_backend",
+        [](std::shared_ptr<Communicator> comm, c10::intrusive_ptr<c10d::Backend> inter,
+           c10::intrusive_ptr<c10d::Backend> fallback, int rank, std::vector<std::vector<int>> hosts,
+           size_t leader_max_bytes, size_t piece_bytes) {
+          HostLayout layout(rank, std::move(hosts));
+          return c10::intrusive_ptr<c10d::Backend>(c10::make_intrusive<HierarchicalBackend>(
+              std::move(layout), std::move(comm), std::move(inter), std::move(fallback),
+              leader_max_bytes, piece_bytes));
+        },
+        py::arg("communicator"), py::arg("inter"), py::arg("fallback"), py::arg("rank"),
+        py::arg("hosts"), py::arg("leader_max_bytes"), py::arg("piece_bytes"),
+        "The c10d backend of a group that spans hosts: `communicator` over this host's ranks, "
+        "`inter` over the ranks with this rank's local index on every host, `fallback` over all.");
+  m.def("hierarchical_all_reduce_algorithm", &HierarchicalBackend::all_reduce_algorithm,
+        py::arg("uniform"), py::arg("local_size"), py::arg("count"), py::arg("bytes"),
+        py::arg("leader_max_bytes"),
+        "Which all-reduce a group that spans hosts runs for a message: leader or rs-ar-ag.");
   m.def("default_config",
         [](int world, int cores) { return config_dict(core::default_config(world, cores)); },
         py::arg("world"), py::arg("cores"), "pycomm's tuning defaults (csrc/core/tuning.h).");

@@ -117,6 +117,15 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("--backend", choices=("pycomm", "stock"), default="pycomm",
                     help="which time column --calibrate fits (default pycomm)")
     pr.add_argument("--json", action="store_true", help="print JSON instead of text")
+    pr.add_argument("--hierarchy", action="store_true",
+                    help="compare a flat ring with pycomm's hierarchical all-reduce (intra-host "
+                         "reduce-scatter/all-gather, inter-host all-reduce of a 1/L shard) on "
+                         "the cluster, by message size")
+    pr.add_argument("--nics-per-host", type=int, default=1,
+                    help="network links per host that the L shards share (--hierarchy)")
+    pr.add_argument("--hier-calibrate", metavar="PATH.json",
+                    help="fit the hierarchical model to a collectives_perf.py --hosts --json run "
+                         "and print its error against the measured hierarchical times")
 
     be = sub.add_parser("bench", help="run bench/collectives_perf.py or bench/ddp_resnet50.py",
                         description="Runs a benchmark script of the source tree with this "
@@ -259,6 +268,32 @@ def _jsonable(obj: Any) -> Any:
     return obj
 
 
+def _hierarchy(sc, nics: int) -> int:
+    c = sc.cluster
+    print(f"{c.gpus} ranks = {c.hosts} hosts x {c.gpus_per_host}; intra {c.intra.name} "
+          f"({c.intra.bandwidth_Bps / 1e9:.2f} GB/s, {c.intra.alpha_s * 1e6:.0f} us), inter "
+          f"{c.inter.name} ({c.inter.bandwidth_Bps / 1e9:.3f} GB/s, {c.inter.alpha_s * 1e6:.0f} "
+          f"us), {nics} NIC(s) per host")
+    print(f"{'size':>10} {'flat ring ms':>13} {'hier ms':>10} {'flat/hier':>9}")
+    sizes = [64 << 10, 1 << 20, 4 << 20, 25 * scaling.MIB, sc.workload.grad_bytes]
+    for size, flat, hier, ratio in scaling.hierarchy_table(c, sizes, nics):
+        print(f"{size / 1e6:>8.3f}MB {flat * 1e3:>13.2f} {hier * 1e3:>10.2f} {ratio:>8.2f}x")
+    return 0
+
+
+def _hier_calibrate(path: str) -> int:
+    intra, inter, rows = scaling.calibrate_hierarchical(path)
+    print(f"intra: alpha {intra.alpha_s * 1e6:.1f} us, {intra.bandwidth_Bps / 1e9:.2f} GB/s; "
+          f"inter (one shard's share): alpha {inter.alpha_s * 1e6:.1f} us, "
+          f"{inter.bandwidth_Bps / 1e9:.3f} GB/s")
+    print(f"{'size':>10} {'measured us':>12} {'model us':>10} {'error':>7}")
+    for size, meas, pred, err in rows:
+        print(f"{int(size):>10} {meas * 1e6:>12.1f} {pred * 1e6:>10.1f} {err:>+7.1%}")
+    worst = max(rows, key=lambda r: abs(r[3]))
+    print(f"worst error {worst[3]:+.1%} at {int(worst[0])} B over {len(rows)} sizes")
+    return 0
+
+
 def _predict(a: argparse.Namespace) -> int:
     if a.list:
         print("presets:")
@@ -269,7 +304,11 @@ def _predict(a: argparse.Namespace) -> int:
             print(f"  {link.name:10s} {link.alpha_s * 1e6:5.1f} us {link.bandwidth_Bps / 1e9:7.2f} "
                   f"GB/s  {link.source}")
         return 0
+    if a.hier_calibrate:
+        return _hier_calibrate(a.hier_calibrate)
     sc, calibration, _ = _scenario_from_args(a)
+    if a.hierarchy:
+        return _hierarchy(sc, a.nics_per_host)
     p = sc.predict()
     if a.json:
         out = {

@@ -120,10 +120,26 @@ def environment() -> Dict[str, Any]:
         warnings.append("GPUs are present but pycomm was built without its CUDA kernels "
                         "(rebuild where nvcc is found, without PYCOMM_CUDA=0)")
 
+    info["hosts"] = _try(_host_layout, default={"error": "pycomm's topology is not importable"})
     info["env"] = {k: os.environ[k] for k in _ENV_VARS if k in os.environ}
     info["env"].update({k: v for k, v in os.environ.items() if k.startswith("PYCOMM_")})
     info["warnings"] = warnings
     return info
+
+
+def _host_layout() -> Dict[str, Any]:
+    """This process's host identity, and the layout torchrun's variables promise with what the
+    backend would run on it (a job's real layout comes from every rank's identity, at set-up)."""
+    from pycomm.rendezvous import host_identity
+    from pycomm.topology import expected_layout
+
+    out: Dict[str, Any] = {"identity": host_identity()}
+    world, local = os.environ.get("WORLD_SIZE", ""), os.environ.get("LOCAL_WORLD_SIZE", "")
+    if world.isdigit() and local.isdigit() and int(local) > 0:
+        layout = expected_layout(int(world), int(local))
+        out["layout"] = layout.describe()
+        out["plan"] = layout.plan()
+    return out
 
 
 def _bytes(n: Optional[int]) -> str:
@@ -182,6 +198,14 @@ def format_environment(info: Dict[str, Any]) -> str:
                    + ("; no GPU visible, so they cannot run here" if no_gpu else ""),
              False: "kernels not built (CPU-only build)"}.get(built, built)
     lines.append(f"pycomm CUDA  {built}")
+    hosts = info.get("hosts") or {}
+    if "identity" in hosts:
+        lines.append(f"host         {hosts['identity']}"
+                     + (" (PYCOMM_HOST_ID)" if os.environ.get("PYCOMM_HOST_ID") else ""))
+        for line in hosts.get("layout", []):
+            lines.append(f"layout       {line.strip()}")
+        for line in hosts.get("plan", []):
+            lines.append(f"algorithm    {line}")
     for k, v in info["env"].items():
         lines.append(f"env          {k}={v}")
     for w in info["warnings"]:

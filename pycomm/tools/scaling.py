@@ -180,6 +180,93 @@ def ring_allreduce_time(size_bytes: float, world_size: int, alpha_s: float,
     return steps * alpha_s + transfer
 
 
+def hierarchical_allreduce_time(size_bytes: float, hosts: int, per_host: int,
+                                intra: Interconnect, inter: Interconnect,
+                                nics_per_host: int = 1, leader_max_bytes: float = 0.0) -> float:
+    """Seconds for pycomm's hierarchical all-reduce over ``hosts`` x ``per_host`` ranks.
+
+    Above ``leader_max_bytes`` (csrc/torch/hierarchical.h's rs-ar-ag): a reduce-scatter and
+    an all-gather inside each host, together a ring all-reduce of the whole message over the
+    L = per_host ranks on the ``intra`` link, and a ring all-reduce of a 1/L shard over the
+    hosts on the ``inter`` link, the L shards at once. Those L rings share the host's
+    ``nics_per_host`` network links: each gets ``inter``'s bandwidth x min(nics, L)/L (a
+    calibrated ``inter`` measured with all L shards at once is already that share: pass
+    nics_per_host=per_host). Up to ``leader_max_bytes`` (the leader variant): the host's
+    reduce and broadcast, costed as an intra all-reduce, and the whole message between the
+    hosts' leaders, one ring per host.
+    """
+    if hosts < 1 or per_host < 1 or nics_per_host < 1:
+        raise ValueError("hosts, per_host and nics_per_host: must be >= 1")
+    t_intra = ring_allreduce_time(size_bytes, per_host, intra.alpha_s, intra.bandwidth_Bps)
+    if size_bytes <= leader_max_bytes or per_host == 1:
+        return t_intra + ring_allreduce_time(size_bytes, hosts, inter.alpha_s, inter.bandwidth_Bps)
+    share = inter.bandwidth_Bps * min(nics_per_host, per_host) / per_host
+    return t_intra + ring_allreduce_time(size_bytes / per_host, hosts, inter.alpha_s, share)
+
+
+def flat_ring_allreduce_time(size_bytes: float, cluster: "Cluster") -> float:
+    """Seconds for one flat ring over every rank of ``cluster``: its slowest hop bounds it."""
+    link = cluster.ring_link()
+    return ring_allreduce_time(size_bytes, cluster.gpus, link.alpha_s, link.bandwidth_Bps)
+
+
+def hierarchy_table(cluster: "Cluster", sizes: Sequence[float], nics_per_host: int = 1) -> list:
+    """Rows (size, flat ring s, hierarchical s, flat/hier) for ``cluster``: when hierarchy
+    beats a flat ring. Uneven hosts are not modelled (the last host is taken as full)."""
+    rows = []
+    for size in sizes:
+        flat = flat_ring_allreduce_time(size, cluster)
+        hier = hierarchical_allreduce_time(size, cluster.hosts, cluster.gpus_per_host,
+                                           cluster.intra, cluster.inter, nics_per_host)
+        rows.append((size, flat, hier, flat / hier if hier > 0 else math.inf))
+    return rows
+
+
+def calibrate_hierarchical(rows: Union[str, Path, Sequence[Mapping[str, Any]]],
+                           lo: float = 64 * 1024, hi: float = 64 * MIB):
+    """The hierarchical model calibrated on a ``collectives_perf.py --hosts H --json`` run.
+
+    Fits an intra link to the ``intra_host_us`` sweep (reduce-scatter and all-gather of the
+    message over one host's L ranks: together a ring all-reduce) and an inter link to ``inter_host_us`` (all-reduce of a 1/L shard over
+    H ranks, the L shards at once), then predicts ``pycomm_hier_us`` for each size in
+    [lo, hi]. The leader threshold is the backend's (PYCOMM_HIER_LEADER_MAX_KB, 64 KiB).
+    Returns (intra, inter, [(size, measured s, predicted s, relative error)]).
+    """
+    if isinstance(rows, (str, Path)):
+        rows = load_allreduce_rows(rows)
+    rows = [r for r in rows if str(r.get("collective", "all_reduce")) in _ALL_REDUCE
+            and r.get("hosts", 1) > 1]
+    if not rows:
+        raise ValueError("calibrate_hierarchical: no all_reduce rows of a --hosts run")
+    hosts, n = int(rows[0]["hosts"]), int(rows[0]["world_size"])
+    per_host = n // hosts
+    used = [r for r in rows if r.get("intra_host_us") and r.get("inter_host_us")
+            and r.get("pycomm_hier_us") and lo <= r["size"] <= hi]
+    intra_s = [(float(r["size"]), per_host, r["intra_host_us"] * 1e-6) for r in used]
+    # The inter sweep moved size / L bytes (at least one element) per rank.
+    esize = float(rows[0]["size"]) / max(1, int(rows[0]["count"]))
+    inter_s = [(max(esize, float(r["size"]) // per_host), hosts, r["inter_host_us"] * 1e-6)
+               for r in used]
+    # Each step's error counts against the hierarchical time it is part of.
+    whole = [r["pycomm_hier_us"] * 1e-6 for r in used]
+    a1, b1, _ = fit_alpha_beta(intra_s, relative_to=whole)
+    a2, b2, _ = fit_alpha_beta(inter_s, relative_to=whole)
+    intra = Interconnect("calibrated-intra", a1, b1, "intra_host_us")
+    inter = Interconnect("calibrated-inter", a2, b2, "inter_host_us, one shard's share")
+    from ..topology import leader_max_bytes_setting
+    leader = leader_max_bytes_setting()
+    out = []
+    for r in rows:
+        size = float(r["size"])
+        if not (lo <= size <= hi) or not r.get("pycomm_hier_us"):
+            continue
+        pred = hierarchical_allreduce_time(size, hosts, per_host, intra, inter,
+                                           nics_per_host=per_host, leader_max_bytes=leader)
+        meas = r["pycomm_hier_us"] * 1e-6
+        out.append((size, meas, pred, (pred - meas) / meas))
+    return intra, inter, out
+
+
 def split_buckets(total_bytes: float, bucket_cap_bytes: float) -> list:
     """Bucket sizes of ``total_bytes`` cut into buckets of at most ``bucket_cap_bytes``.
 
@@ -397,7 +484,8 @@ class Calibration:
                             f"fitted to {self.rows} all-reduce rows{where}")
 
 
-def fit_alpha_beta(samples: Iterable[Tuple[float, int, float]]) -> Tuple[float, float, float]:
+def fit_alpha_beta(samples: Iterable[Tuple[float, int, float]],
+                   relative_to: Optional[Sequence[float]] = None) -> Tuple[float, float, float]:
     """Fit alpha and B to (size_bytes, world_size, seconds) samples of single all-reduces.
 
     Each sample says t = a·alpha + b·(1/B) with a = 2(N-1), b = 2(N-1)/N · size: linear in
@@ -406,15 +494,25 @@ def fit_alpha_beta(samples: Iterable[Tuple[float, int, float]]) -> Tuple[float, 
     least squares would let the large sizes decide alpha too. A negative alpha or 1/B
     (noise) is clamped to 0 and the other refitted alone.
 
+    ``relative_to`` (one time per sample) measures the error against other times instead:
+    a step of a composite collective is fitted relative to the whole's time, so that where
+    the step is a small part of the whole its relative noise weighs little.
+
     Returns (alpha_s, bandwidth_Bps, max relative error); bandwidth is inf when the times do
     not grow with size.
     """
     xs, ys = [], []
-    for size, n, t in samples:
-        if n < 2 or t <= 0 or size <= 0:
+    samples = list(samples)
+    scales = list(relative_to) if relative_to is not None else [t for _, _, t in samples]
+    if len(scales) != len(samples):
+        raise ValueError("relative_to: one time per sample")
+    targets = []
+    for (size, n, t), w in zip(samples, scales):
+        if n < 2 or t <= 0 or size <= 0 or w <= 0:
             continue  # one rank moves nothing: no information about the links
-        xs.append(2 * (n - 1) / t)
-        ys.append(2 * (n - 1) / n * size / t)
+        xs.append(2 * (n - 1) / w)
+        ys.append(2 * (n - 1) / n * size / w)
+        targets.append(t / w)
     if len(xs) < 2:
         raise ValueError("calibrate: need at least two all-reduce rows with world_size >= 2 "
                          "and a positive time")
@@ -425,7 +523,8 @@ def fit_alpha_beta(samples: Iterable[Tuple[float, int, float]]) -> Tuple[float, 
     suu = sum(p * p for p in u)
     svv = sum(q * q for q in v)
     suv = sum(p * q for p, q in zip(u, v))
-    su, sv = sum(u), sum(v)
+    su = sum(p * z for p, z in zip(u, targets))
+    sv = sum(q * z for q, z in zip(v, targets))
     det = suu * svv - suv * suv
     if det <= 1e-12 * suu * svv:
         raise ValueError("calibrate: the rows cannot separate alpha from B; "
@@ -437,7 +536,7 @@ def fit_alpha_beta(samples: Iterable[Tuple[float, int, float]]) -> Tuple[float, 
     if cb < 0:
         ca, cb = su / suu, 0.0
     alpha, inv_b = ca / sx, cb / sy
-    worst = max(abs(alpha * x + inv_b * y - 1.0) for x, y in zip(xs, ys))
+    worst = max(abs(alpha * x + inv_b * y - z) for x, y, z in zip(xs, ys, targets))
     return alpha, (math.inf if inv_b == 0 else 1.0 / inv_b), worst
 
 

@@ -1,0 +1,208 @@
+"""Groups that span hosts: the backend's hierarchical collectives (shared
+memory inside each host, gloo between hosts), on ranks of this machine that
+pose as several hosts through PYCOMM_HOST_ID.
+
+Layouts: 4 ranks as 2 hosts x 2 ranks (torchrun's order), and 3 ranks as 2 + 1
+with the hosts interleaved (host a: ranks 0 and 2, host b: rank 1), where the
+algorithms that need equal hosts fall back. Every collective runs the backend
+tests' own grids (tests/test_backend_collectives.py: the same self-computed
+references, results compared bitwise across ranks), once per layout in one
+process world each. Then DDP (no hook, and pycomm.ring_hook through the direct
+API) against plain DDP on gloo, and a rank killed on one "host".
+"""
+import os
+import signal
+import threading
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import test_backend_collectives as grids
+from conftest import segments_of
+from process_world import ProcessWorld
+
+LAYOUTS = {"2x2": ["host-a", "host-a", "host-b", "host-b"], "2+1": ["host-a", "host-b", "host-a"]}
+TIMEOUT = 30.0
+
+
+def host_env(hosts, **extra):
+    return [dict(extra, PYCOMM_HOST_ID=h, PYCOMM_TIMEOUT=str(TIMEOUT)) for h in hosts]
+
+
+@pytest.fixture(scope="module")
+def layout_worlds():
+    started = {}
+
+    def get(name):
+        w = started.get(name)
+        if w is None or not w.alive() or w.failed:
+            if w is not None:
+                w.kill()
+            w = started[name] = ProcessWorld(len(LAYOUTS[name]), TIMEOUT, backend="cpu:pycomm",
+                                             env=host_env(LAYOUTS[name]))
+        return w
+
+    yield get
+    for w in started.values():
+        w.kill() if w.failed else w.close()
+
+
+# ---------------------------------------------------------------------------
+# The layout, without processes.
+
+def test_layout_orders_hosts_by_lowest_rank():
+    from pycomm.topology import HostLayout
+
+    lay = HostLayout.from_identities(["b", "a", "b", "a", "c"])
+    assert lay.hosts == ((0, 2), (1, 3), (4,)) and lay.names == ("b", "a", "c")
+    assert not lay.uniform and lay.world == 5
+    assert lay.host_of(3) == 1 and lay.local_rank(3) == 1 and lay.local_rank(4) == 0
+    assert HostLayout.from_identities(["x"] * 3).all_reduce_algorithm(1 << 20).startswith("shared")
+
+
+def test_all_reduce_algorithm_by_size_and_layout():
+    from pycomm.topology import HostLayout
+
+    even = HostLayout.from_identities(["a", "a", "b", "b"])
+    uneven = HostLayout.from_identities(["a", "a", "a", "b"])
+    assert even.all_reduce_algorithm(1024, leader_max_bytes=64 << 10) == "leader"
+    assert even.all_reduce_algorithm(16 << 20, leader_max_bytes=64 << 10) == "rs-ar-ag"
+    assert uneven.all_reduce_algorithm(16 << 20, leader_max_bytes=64 << 10) == "leader"
+    # Fewer elements than ranks per host: nothing to split.
+    assert even.all_reduce_algorithm(4, itemsize=4, leader_max_bytes=0) == "leader"
+
+
+# ---------------------------------------------------------------------------
+# Every collective, against the backend tests' references.
+
+def layout_case():
+    import pycomm
+    from pycomm.topology import HostLayout
+
+    comm = pycomm.get_communicator()  # the direct API over the default group
+    return [list(h) for h in comm.layout.hosts], isinstance(comm.layout, HostLayout)
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_every_collective_matches_references(layout_worlds, layout):
+    world = layout_worlds(layout)
+    n = len(LAYOUTS[layout])
+    started = time.monotonic()
+    grids.check(world.run(grids.all_reduce_grid, grids.COUNTS + [(1 << 20) + 3]),
+                f"all_reduce {layout}")
+    grids.check(world.run(grids.reduce_grid, [0, 7, 1023, 65537]), f"reduce {layout}")
+    grids.check(world.run(grids.reduce_scatter_grid, [0, 1, 7, 1023, 65537]),
+                f"reduce_scatter {layout}")
+    grids.check(world.run(grids.broadcast_grid, grids.COUNTS), f"broadcast {layout}")
+    grids.check(world.run(grids.all_gather_grid, grids.COUNTS), f"all_gather {layout}")
+    grids.check(world.run(grids.all_to_all_grid), f"all_to_all {layout}")
+    grids.check(world.run(grids.coalesced_case), f"coalesced {layout}")
+    grids.check(world.run(grids.async_case, 3), f"async {layout}")
+    grids.check(world.run(grids.big_case, grids.BIG), f"16M {layout}")
+    grids.check(world.run(grids.forwarded_case), f"forwarded {layout}")
+    results = world.run(grids.barrier_case)
+    for i in range(5):
+        late = results[0][0][i][0]
+        entered = results[late][0][i][1]
+        for rank, (times, completed) in enumerate(results):
+            assert times[i][2] >= entered and completed, f"barrier round {i}: rank {rank}"
+    hosts = world.run(layout_case)
+    want = [[r for r in range(n) if LAYOUTS[layout][r] == h]
+            for h in dict.fromkeys(LAYOUTS[layout])]
+    assert all(h == (want, True) for h in hosts), hosts
+    print(f"[hierarchical] {layout}: every collective in {time.monotonic() - started:.1f} s")
+
+
+def direct_api_case():
+    """pycomm.all_reduce across hosts: every op, both algorithms' sizes."""
+    import pycomm
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    c = grids.Checks()
+    for count in (0, 5, 1023, 300_001):
+        for op in ("sum", "avg", "max", "min", "product"):
+            key = ("direct", op, count)
+            inputs = [grids.reduction_input(key, r, count, torch.float32, op, world)
+                      for r in range(world)]
+            y = inputs[rank].clone()
+            pycomm.all_reduce(y, op=op)
+            want = grids.reduce_reference(inputs, op, None, torch.float32, world)
+            c.equal(f"pycomm.all_reduce {op} n={count}", y, want)
+            c.digest(f"pycomm.all_reduce {op} n={count}", y)
+            z = inputs[rank].clone()
+            work = pycomm.all_reduce(z, op=op, async_op=True)
+            got = work.get_future().wait()
+            c.equal(f"async {op} n={count}", got, want)
+    pycomm.barrier()
+    return c.out()
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_direct_api_across_hosts(layout_worlds, layout):
+    grids.check(layout_worlds(layout).run(direct_api_case), f"pycomm.all_reduce {layout}")
+
+
+# ---------------------------------------------------------------------------
+# DDP.
+
+@pytest.mark.parametrize("variant", ["plain", "ring-hook"])
+def test_ddp_matches_gloo_on_two_hosts(layout_worlds, variant):
+    import test_backend_training as training
+
+    training.check(layout_worlds("2x2").run(training.ddp_case, variant), f"DDP 2x2 {variant}")
+
+
+# ---------------------------------------------------------------------------
+# A rank killed on one "host".
+
+VICTIM = 3  # host-b's second rank
+
+
+def die_during_all_reduce(stamp_path):
+    rank = dist.get_rank()
+    t = torch.ones(1 << 20)
+    dist.all_reduce(t)  # every rank is up
+
+    def kill_soon():
+        time.sleep(0.3)
+        with open(stamp_path, "w") as f:
+            f.write(repr(time.monotonic()))
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    if rank == VICTIM:
+        threading.Thread(target=kill_soon, daemon=True).start()
+    calls, error = 0, None
+    try:
+        while True:
+            dist.all_reduce(t)
+            calls += 1
+    except Exception as e:  # noqa: BLE001
+        error = (type(e).__name__, isinstance(e, RuntimeError), str(e).splitlines()[0][:300])
+    return error, time.monotonic(), calls
+
+
+def test_killed_rank_on_one_host_makes_both_hosts_raise(tmp_path):
+    stamp = tmp_path / "death"
+    timeout = 10.0
+    world = ProcessWorld(4, timeout, backend="cpu:pycomm", env=[
+        dict(e, PYCOMM_TIMEOUT=str(timeout)) for e in host_env(LAYOUTS["2x2"])])
+    pids = world.pids
+    try:
+        results = world.run(die_during_all_reduce, str(stamp), may_die=(VICTIM,), timeout=120)
+    finally:
+        world.kill()
+    died = float(stamp.read_text())
+    for rank in range(4):
+        if rank == VICTIM:
+            continue
+        error, seen, calls = results[rank]
+        assert error is not None, f"rank {rank}: no error"
+        name, is_runtime_error, msg = error
+        # pycomm's CommError/CommTimeout are RuntimeErrors, as are gloo's.
+        assert is_runtime_error, f"rank {rank}: {name}: {msg}"
+        assert seen - died < timeout + 5, f"rank {rank} raised {seen - died:.1f} s after the kill"
+        print(f"[fault] 2x2, rank {VICTIM} killed: rank {rank} raised {name} "
+              f"{seen - died:.2f} s later: {msg}")
+    assert not segments_of(pids), f"left in /dev/shm: {segments_of(pids)}"
