@@ -192,9 +192,9 @@ def format_environment(info: Dict[str, Any]) -> str:
     else:
         lines.append("GPUs         none visible")
     built = info["pycomm_cuda_built"]
-    # The kernels compiled are the bucketing and reduction ones; no CUDA transport
-    # exists yet, so pycomm's collectives take CPU tensors whatever this says.
-    built = {True: "kernels compiled (bucketing ops only; collectives take CPU tensors)"
+    # Compiled is not run: the CUDA all-reduce has not been checked on a GPU yet.
+    built = {True: "compiled: bucketing ops and the IPC all-reduce (not yet run on a GPU by "
+                   "pycomm's checks: bench/gpu_check.sh)"
                    + ("; no GPU visible, so they cannot run here" if no_gpu else ""),
              False: "kernels not built (CPU-only build)"}.get(built, built)
     lines.append(f"pycomm CUDA  {built}")
