@@ -433,18 +433,11 @@ c10::intrusive_ptr<c10d::Work> Backend::alltoall(std::vector<at::Tensor>& output
                                                  const c10d::AllToAllOptions& opts) {
   if (any_cuda(outputs) || any_cuda(inputs)) return fallback().alltoall(outputs, inputs, opts);
   const int world = getSize();
-  TORCH_CHECK_VALUE(int64_t(inputs.size()) == world && int64_t(outputs.size()) == world,
-                    "input_tensor_list, output_tensor_list: expected ", world,
-                    " tensors each (the world size), got ", inputs.size(), " and ", outputs.size());
-  const core::DType dtype = check_tensor(inputs[0], "input_tensor_list[0]");
+  const core::DType dtype = check_all_to_all_lists(outputs, inputs, world);
   std::vector<const void*> sp;
   std::vector<void*> rp;
   std::vector<size_t> sc, rc;
   for (int r = 0; r < world; ++r) {
-    check_like(inputs[size_t(r)], "input_tensor_list[i]", dtype, inputs[size_t(r)].numel(),
-               "input_tensor_list[0]");
-    check_like(outputs[size_t(r)], "output_tensor_list[i]", dtype, outputs[size_t(r)].numel(),
-               "input_tensor_list[0]");
     sp.push_back(inputs[size_t(r)].data_ptr());
     sc.push_back(size_t(inputs[size_t(r)].numel()));
     rp.push_back(outputs[size_t(r)].data_ptr());

@@ -510,17 +510,7 @@ c10::intrusive_ptr<c10d::Work> HierarchicalBackend::alltoall(std::vector<at::Ten
                                                              std::vector<at::Tensor>& inputs,
                                                              const c10d::AllToAllOptions& opts) {
   if (any_cuda(outputs) || any_cuda(inputs)) return fallback().alltoall(outputs, inputs, opts);
-  const int world = getSize();
-  TORCH_CHECK_VALUE(int64_t(inputs.size()) == world && int64_t(outputs.size()) == world,
-                    "input_tensor_list, output_tensor_list: expected ", world,
-                    " tensors each (the world size), got ", inputs.size(), " and ", outputs.size());
-  const core::DType dtype = check_tensor(inputs[0], "input_tensor_list[0]");
-  for (int r = 0; r < world; ++r) {
-    check_like(inputs[size_t(r)], "input_tensor_list[i]", dtype, inputs[size_t(r)].numel(),
-               "input_tensor_list[0]");
-    check_like(outputs[size_t(r)], "output_tensor_list[i]", dtype, outputs[size_t(r)].numel(),
-               "input_tensor_list[0]");
-  }
+  check_all_to_all_lists(outputs, inputs, getSize());
   // As one all_to_all_single with split sizes in elements: gloo runs that form.
   Job job;
   job.outputs = outputs;

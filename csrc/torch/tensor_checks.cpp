@@ -38,6 +38,21 @@ void check_like(const at::Tensor& t, const char* arg, core::DType dtype, int64_t
                     "), got ", t.numel());
 }
 
+core::DType check_all_to_all_lists(const std::vector<at::Tensor>& outputs,
+                                   const std::vector<at::Tensor>& inputs, int world) {
+  TORCH_CHECK_VALUE(int64_t(inputs.size()) == world && int64_t(outputs.size()) == world,
+                    "input_tensor_list, output_tensor_list: expected ", world,
+                    " tensors each (the world size), got ", inputs.size(), " and ", outputs.size());
+  const core::DType dtype = check_tensor(inputs[0], "input_tensor_list[0]");
+  for (int r = 0; r < world; ++r) {
+    check_like(inputs[size_t(r)], "input_tensor_list[i]", dtype, inputs[size_t(r)].numel(),
+               "input_tensor_list[0]");
+    check_like(outputs[size_t(r)], "output_tensor_list[i]", dtype, outputs[size_t(r)].numel(),
+               "input_tensor_list[0]");
+  }
+  return dtype;
+}
+
 void check_op_for_dtype(core::ReduceOp op, bool premul, core::DType dtype) {
   // gloo rejects AVG outright and once computed something else for it; for
   // integers a rounding rule would have to be invented, so ask for an

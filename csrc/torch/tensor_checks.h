@@ -23,6 +23,10 @@ const at::Tensor& single_tensor(const std::vector<at::Tensor>& ts, const char* a
 void check_like(const at::Tensor& t, const char* arg, core::DType dtype, int64_t numel,
                 const char* reference);
 
+// all_to_all's lists: `world` tensors each, all of one dtype; returns it.
+core::DType check_all_to_all_lists(const std::vector<at::Tensor>& outputs,
+                                   const std::vector<at::Tensor>& inputs, int world);
+
 // An op the dtype supports: avg and premul_sum need a floating dtype.
 void check_op_for_dtype(core::ReduceOp op, bool premul, core::DType dtype);
 
