@@ -37,6 +37,8 @@ constexpr uint64_t kStopGraceNs = 2'000'000'000;
 // with the same deadline); the host's own limit is a backstop for a kernel
 // that cannot report.
 constexpr uint64_t kHostBackstopNs = 5'000'000'000;
+// How often the host thread watching a kernel checks the peers and the abort.
+constexpr uint64_t kCheckEveryNs = 1'000'000;
 
 cuda::CudaAlgorithm cuda_algorithm_of(core::Algorithm a, int world, size_t bytes) {
   switch (a) {
@@ -155,22 +157,26 @@ class CudaPath {
     const uint64_t spin_end = start + uint64_t(policy.spin_us * 1e3);
     const uint64_t yield_end = spin_end + uint64_t(policy.yield_us * 1e3);
     const uint64_t backstop = start + session.remaining_ns() + kHostBackstopNs;
+    uint64_t next_check = spin_end;  // the peer watch costs a system call: not every poll
     for (;;) {
       const cudaError_t q = done_.query();
       if (q == cudaSuccess) break;
       if (q != cudaErrorNotReady) C10_CUDA_CHECK(q);
       const uint64_t now = core::monotonic_ns();
-      try {
-        session.check_alive();
-        if (now > backstop) {
-          throw core::CommTimeout(session.abort(
-              "rank " + std::to_string(session.rank()) +
-              ": all_reduce (cuda): the kernel neither finished nor reported within the timeout; "
-              "the GPU may be hung"));
+      if (now >= next_check) {
+        next_check = now + kCheckEveryNs;
+        try {
+          session.check_alive();
+          if (now > backstop) {
+            throw core::CommTimeout(session.abort(
+                "rank " + std::to_string(session.rank()) +
+                ": all_reduce (cuda): the kernel neither finished nor reported within the timeout; "
+                "the GPU may be hung"));
+          }
+        } catch (...) {
+          stop_kernel();
+          throw;
         }
-      } catch (...) {
-        stop_kernel();
-        throw;
       }
       if (now < spin_end) continue;
       if (now < yield_end) {
