@@ -18,12 +18,10 @@ from typing import List, Sequence, Tuple
 from . import _C
 from .rendezvous import _Rendezvous
 
-# All-reduces up to this many bytes go through each host's leader; larger ones
-# (on hosts with equal rank counts) reduce-scatter / all-reduce / all-gather.
-DEFAULT_LEADER_MAX_KB = 64
-# rs-ar-ag runs in pieces of about this many bytes, pipelined (gloo reduces one while
-# shared memory scatters the next and gathers the one before).
-DEFAULT_PIECE_KB = 4096
+
+def _default(key: str) -> int:
+    """A default of csrc/core/tuning.h (the one place that states them)."""
+    return int(_C.default_config(2, len(os.sched_getaffinity(0)))[key])
 
 
 @dataclass(frozen=True)
@@ -103,7 +101,7 @@ def expected_layout(world: int, per_host: int) -> HostLayout:
 def leader_max_bytes_setting() -> int:
     raw = os.environ.get("PYCOMM_HIER_LEADER_MAX_KB")
     try:
-        return int(float(raw) * 1024) if raw else DEFAULT_LEADER_MAX_KB * 1024
+        return int(float(raw) * 1024) if raw else _default("hier_leader_max_bytes")
     except ValueError:
         raise ValueError(f"PYCOMM_HIER_LEADER_MAX_KB: expected a number, got {raw!r}") from None
 
@@ -111,7 +109,7 @@ def leader_max_bytes_setting() -> int:
 def piece_bytes_setting() -> int:
     raw = os.environ.get("PYCOMM_HIER_PIECE_KB")
     try:
-        return max(1, int(float(raw) * 1024)) if raw else DEFAULT_PIECE_KB * 1024
+        return max(1, int(float(raw) * 1024)) if raw else _default("hier_piece_bytes")
     except ValueError:
         raise ValueError(f"PYCOMM_HIER_PIECE_KB: expected a number, got {raw!r}") from None
 

@@ -134,6 +134,8 @@ py::dict config_dict(const core::CommConfig& c) {
   d["direct_max_bytes"] = c.tuning.direct_max_bytes;
   d["restore_on_failure"] = c.tuning.restore_on_failure;
   d["cuda_buffer_bytes"] = c.tuning.cuda_buffer_bytes;
+  d["hier_leader_max_bytes"] = c.hierarchy.leader_max_bytes;
+  d["hier_piece_bytes"] = c.hierarchy.piece_bytes;
   return d;
 }
 
@@ -151,6 +153,8 @@ core::CommConfig config_from(int world, const py::dict& d) {
     else if (key == "direct_max_bytes") c.tuning.direct_max_bytes = v.cast<size_t>();
     else if (key == "restore_on_failure") c.tuning.restore_on_failure = v.cast<bool>();
     else if (key == "cuda_buffer_bytes") c.tuning.cuda_buffer_bytes = v.cast<size_t>();
+    else if (key == "hier_leader_max_bytes") c.hierarchy.leader_max_bytes = v.cast<size_t>();
+    else if (key == "hier_piece_bytes") c.hierarchy.piece_bytes = v.cast<size_t>();
     else throw py::value_error("config: unknown setting '" + key + "'");
   }
   return c;
