@@ -681,10 +681,15 @@ def fake_host_peers(args, world):
                  f"one local index, every index at once (the model's middle step)")
     inter.calls = {"all_reduce": lambda i, o: dist.all_reduce(
         o[:max(1, o.numel() // per_host)], group=inter_groups[local])}
-    for p in (intra, inter):
+    leaders = Peer("leaders", "leaders_host",
+                   f"leaders = gloo all_reduce of the whole message among the {hosts} hosts' "
+                   f"first ranks alone (the middle step of the leader form, for small messages)")
+    leaders.calls = {"all_reduce": lambda i, o: dist.all_reduce(o, group=inter_groups[0])
+                     if local == 0 else None}
+    for p in (intra, inter, leaders):
         p.exact = {"all_reduce": False}
     if "all_reduce" in args.collectives:
-        peers += [intra, inter]
+        peers += [intra, inter, leaders]
     return peers, lines, []
 
 

@@ -499,3 +499,28 @@ def test_hierarchical_calibration_recovers_its_links():
     assert all(abs(e) < 1e-6 for size, _, _, e in errors if size > 64 << 10)
     with pytest.raises(ValueError):
         scaling.calibrate_hierarchical([dict(collective="all_reduce", size=8, world_size=4)])
+
+
+def test_hierarchical_calibration_costs_the_leader_form_on_the_leaders_sweep():
+    intra = Interconnect("i", 5e-6, 10e9)
+    inter = Interconnect("e", 900e-6, 0.5e9)     # shards, every local index at once: slow
+    leaders = Interconnect("l", 100e-6, 0.8e9)   # the leaders' ring alone
+    rows = []
+    for size in [4 << 10, 16 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20]:
+        hier = scaling.hierarchical_allreduce_time(size, 2, 2, intra, inter, nics_per_host=2,
+                                                   leader_max_bytes=64 << 10, leaders=leaders)
+        rows.append(dict(
+            collective="all_reduce", size=size, count=size // 4, world_size=4, hosts=2,
+            intra_host_us=ring_allreduce_time(size, 2, intra.alpha_s, intra.bandwidth_Bps) * 1e6,
+            inter_host_us=ring_allreduce_time(size // 2, 2, inter.alpha_s,
+                                              inter.bandwidth_Bps) * 1e6,
+            leaders_host_us=ring_allreduce_time(size, 2, leaders.alpha_s,
+                                                leaders.bandwidth_Bps) * 1e6,
+            pycomm_hier_us=hier * 1e6))
+    _, _, errors = scaling.calibrate_hierarchical(rows, lo=4 << 10)
+    # Every size, the leader ones included, is predicted exactly.
+    assert all(abs(e) < 1e-6 for _, _, _, e in errors), errors
+    rows = [{k: v for k, v in r.items() if k != "leaders_host_us"} for r in rows]
+    _, _, errors = scaling.calibrate_hierarchical(rows, lo=4 << 10)
+    # Without the sweep the leader sizes are costed on the shards' slower link.
+    assert all(e > 0.5 for size, _, _, e in errors if size <= 64 << 10), errors

@@ -182,7 +182,8 @@ def ring_allreduce_time(size_bytes: float, world_size: int, alpha_s: float,
 
 def hierarchical_allreduce_time(size_bytes: float, hosts: int, per_host: int,
                                 intra: Interconnect, inter: Interconnect,
-                                nics_per_host: int = 1, leader_max_bytes: float = 0.0) -> float:
+                                nics_per_host: int = 1, leader_max_bytes: float = 0.0,
+                                leaders: Optional[Interconnect] = None) -> float:
     """Seconds for pycomm's hierarchical all-reduce over ``hosts`` x ``per_host`` ranks.
 
     Above ``leader_max_bytes`` (csrc/torch/hierarchical.h's rs-ar-ag): a reduce-scatter and
@@ -193,13 +194,15 @@ def hierarchical_allreduce_time(size_bytes: float, hosts: int, per_host: int,
     calibrated ``inter`` measured with all L shards at once is already that share: pass
     nics_per_host=per_host). Up to ``leader_max_bytes`` (the leader variant): the host's
     reduce and broadcast, costed as an intra all-reduce, and the whole message between the
-    hosts' leaders, one ring per host.
+    hosts' leaders, one ring per host, on ``leaders`` (``inter`` when None: a calibrated
+    ``inter`` measured with all L shards at once is slower than the leaders' ring alone).
     """
     if hosts < 1 or per_host < 1 or nics_per_host < 1:
         raise ValueError("hosts, per_host and nics_per_host: must be >= 1")
     t_intra = ring_allreduce_time(size_bytes, per_host, intra.alpha_s, intra.bandwidth_Bps)
     if size_bytes <= leader_max_bytes or per_host == 1:
-        return t_intra + ring_allreduce_time(size_bytes, hosts, inter.alpha_s, inter.bandwidth_Bps)
+        link = leaders or inter
+        return t_intra + ring_allreduce_time(size_bytes, hosts, link.alpha_s, link.bandwidth_Bps)
     share = inter.bandwidth_Bps * min(nics_per_host, per_host) / per_host
     return t_intra + ring_allreduce_time(size_bytes / per_host, hosts, inter.alpha_s, share)
 
@@ -253,6 +256,15 @@ def calibrate_hierarchical(rows: Union[str, Path, Sequence[Mapping[str, Any]]],
     a2, b2, _ = fit_alpha_beta(inter_s, relative_to=whole)
     intra = Interconnect("calibrated-intra", a1, b1, "intra_host_us")
     inter = Interconnect("calibrated-inter", a2, b2, "inter_host_us, one shard's share")
+    # The leader form's middle step: the whole message among the leaders alone
+    # (bench/collectives_perf.py's leaders_host sweep, where the run has one).
+    leaders = None
+    lead = [r for r in used if r.get("leaders_host_us")]
+    if len(lead) >= 2:
+        a3, b3, _ = fit_alpha_beta([(float(r["size"]), hosts, r["leaders_host_us"] * 1e-6)
+                                    for r in lead], relative_to=[r["pycomm_hier_us"] * 1e-6
+                                                                 for r in lead])
+        leaders = Interconnect("calibrated-leaders", a3, b3, "leaders_host_us")
     from ..topology import leader_max_bytes_setting
     leader = leader_max_bytes_setting()
     out = []
@@ -261,7 +273,8 @@ def calibrate_hierarchical(rows: Union[str, Path, Sequence[Mapping[str, Any]]],
         if not (lo <= size <= hi) or not r.get("pycomm_hier_us"):
             continue
         pred = hierarchical_allreduce_time(size, hosts, per_host, intra, inter,
-                                           nics_per_host=per_host, leader_max_bytes=leader)
+                                           nics_per_host=per_host, leader_max_bytes=leader,
+                                           leaders=leaders)
         meas = r["pycomm_hier_us"] * 1e-6
         out.append((size, meas, pred, (pred - meas) / meas))
     return intra, inter, out
