@@ -33,6 +33,38 @@ PYCOMM_HD void copy_alone(const CudaAllReduceArgs& a, const Lanes& l) {
                 is_vector_aligned(in) && is_vector_aligned(out));
 }
 
+// Region b of every rank's staging buffer, as block b of this rank addresses
+// it (the one-shot and the two-shot give each block a fixed region).
+template <class T>
+PYCOMM_HD void staged_regions(const CudaAllReduceArgs& a, const Lanes& l, size_t region,
+                              const T* (&staged)[kMaxRanks]) {
+  for (int p = 0; p < a.world; ++p) {
+    staged[p] = reinterpret_cast<const T*>(static_cast<const char*>(a.peers.buffers[p]) + size_t(l.block) * region);
+  }
+}
+
+// Block b's barriers of one launch, in order: epochs epoch_base + 1, + 2, ...
+// (epochs_used counts them).
+template <class Sync>
+class LaunchBarriers {
+ public:
+  PYCOMM_HD LaunchBarriers(const CudaAllReduceArgs& a, const Lanes& l)
+      : a_(a), l_(l), waiter_{a.status, a.timeout_ns, l.block}, epoch_(a.epoch_base) {}
+  // False when a peer did not arrive in time.
+  PYCOMM_HD bool next() {
+    ++epoch_;
+    return block_signal<Sync>(l_, [&] {
+      return block_barrier(a_.peers.pads, a_.rank, a_.world, l_.block, epoch_, waiter_);
+    });
+  }
+
+ private:
+  const CudaAllReduceArgs& a_;
+  const Lanes& l_;
+  Waiter waiter_;
+  uint64_t epoch_;
+};
+
 // False when a peer did not arrive in time (a.status says which).
 template <class T, class R, class Sync>
 PYCOMM_HD bool one_shot_all_reduce(const CudaAllReduceArgs& a, const Lanes& l) {
@@ -46,23 +78,16 @@ PYCOMM_HD bool one_shot_all_reduce(const CudaAllReduceArgs& a, const Lanes& l) {
   const size_t region = block_region_bytes(a.peers.buffer_bytes, l.blocks);
   const size_t piece = one_shot_piece_elems(region, sizeof(T));
   const ElemRange share = block_share(a.count, l.blocks, l.block, kVectorWidth<T>);
-  const T* staged[kMaxRanks];  // region b of every rank's staging buffer
-  for (int p = 0; p < a.world; ++p) {
-    staged[p] = reinterpret_cast<const T*>(static_cast<const char*>(a.peers.buffers[p]) + size_t(l.block) * region);
-  }
+  const T* staged[kMaxRanks];
+  staged_regions(a, l, region, staged);
   T* const my_staged = const_cast<T*>(staged[a.rank]);
-  const Waiter waiter{a.status, a.timeout_ns, l.block};
-  uint64_t epoch = a.epoch_base;
-  auto barrier = [&] {
-    ++epoch;
-    return block_signal<Sync>(l, [&] { return block_barrier(a.peers.pads, a.rank, a.world, l.block, epoch, waiter); });
-  };
+  LaunchBarriers<Sync> barriers(a, l);
   for (size_t begin = share.begin; begin < share.end; begin += piece) {
     const size_t n = min_size(share.end - begin, piece);
     copy_elements(l, my_staged, static_cast<T*>(nullptr), in + begin, n, vector_ok);
-    if (!barrier()) return false;
+    if (!barriers.next()) return false;
     reduce_sources<T, R>(l, out + begin, static_cast<T*>(nullptr), staged, a.world, n, a.world, vector_ok);
-    if (!barrier()) return false;
+    if (!barriers.next()) return false;
   }
   return true;
 }

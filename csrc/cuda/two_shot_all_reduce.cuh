@@ -43,27 +43,20 @@ PYCOMM_HD bool two_shot_all_reduce(const CudaAllReduceArgs& a, const Lanes& l) {
   const size_t region = block_region_bytes(a.peers.buffer_bytes, l.blocks);
   const TwoShotLayout layout = two_shot_layout(region, sizeof(T), a.world);
   const ElemRange share = block_share(a.count, l.blocks, l.block, align);
-  const T* staged[kMaxRanks];  // region b of every rank's staging buffer
-  for (int p = 0; p < a.world; ++p) {
-    staged[p] = reinterpret_cast<const T*>(static_cast<const char*>(a.peers.buffers[p]) + size_t(l.block) * region);
-  }
+  const T* staged[kMaxRanks];
+  staged_regions(a, l, region, staged);
   T* const my_staged = const_cast<T*>(staged[a.rank]);
-  const Waiter waiter{a.status, a.timeout_ns, l.block};
-  uint64_t epoch = a.epoch_base;
-  auto barrier = [&] {
-    ++epoch;
-    return block_signal<Sync>(l, [&] { return block_barrier(a.peers.pads, a.rank, a.world, l.block, epoch, waiter); });
-  };
+  LaunchBarriers<Sync> barriers(a, l);
   for (size_t begin = share.begin; begin < share.end; begin += layout.piece_elems) {
     const ElemRange piece{begin, min_size(share.end, begin + layout.piece_elems)};
     copy_elements(l, my_staged, static_cast<T*>(nullptr), in + piece.begin, piece.size(), vector_ok);
-    if (!barrier()) return false;
+    if (!barriers.next()) return false;
     const ElemRange mine = split_aligned(piece, a.world, a.rank, align);
     const T* srcs[kMaxRanks];
     for (int p = 0; p < a.world; ++p) srcs[p] = staged[p] + (mine.begin - piece.begin);
     reduce_sources<T, R>(l, out + mine.begin, my_staged + layout.result_offset, srcs, a.world, mine.size(), a.world,
                          vector_ok);
-    if (!barrier()) return false;
+    if (!barriers.next()) return false;
     for (int c = 0; c < a.world; ++c) {
       if (c == a.rank) continue;
       const ElemRange chunk = split_aligned(piece, a.world, c, align);
@@ -71,7 +64,7 @@ PYCOMM_HD bool two_shot_all_reduce(const CudaAllReduceArgs& a, const Lanes& l) {
                     vector_ok);
     }
   }
-  return barrier();
+  return barriers.next();
 }
 
 }  // namespace pycomm::cuda

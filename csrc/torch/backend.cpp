@@ -227,14 +227,11 @@ c10::intrusive_ptr<c10d::Work> Backend::allgather_into_tensor_coalesced(
   if (any_cuda(outputs) || any_cuda(inputs)) {
     return fallback().allgather_into_tensor_coalesced(outputs, inputs, opts);
   }
-  TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "output_tensors: ", outputs.size(),
-                    " outputs for ", inputs.size(), " inputs");
+  const std::vector<core::DType> dtypes = check_all_gather_pairs(outputs, inputs, getSize());
   std::vector<core::AllGatherArgs> args;
   for (size_t i = 0; i < inputs.size(); ++i) {
     core::AllGatherArgs a;
-    a.dtype = check_tensor(inputs[i], "input_tensor");
-    check_like(outputs[i], "output_tensor", a.dtype, inputs[i].numel() * getSize(),
-               "input_tensor x world size");
+    a.dtype = dtypes[i];
     a.input = inputs[i].data_ptr();
     a.output = outputs[i].data_ptr();
     a.count = size_t(inputs[i].numel());
@@ -261,19 +258,13 @@ c10::intrusive_ptr<c10d::Work> Backend::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
   if (any_cuda(outputs) || any_cuda(inputs)) return fallback().allgather_coalesced(outputs, inputs, opts);
-  TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "output_tensor_lists: ", outputs.size(),
-                    " lists for ", inputs.size(), " inputs");
+  const std::vector<core::DType> dtypes = check_all_gather_lists(outputs, inputs, getSize());
   std::vector<core::AllGatherArgs> args;
   std::vector<at::Tensor> flats, all_outputs;
   for (size_t i = 0; i < inputs.size(); ++i) {
     core::AllGatherArgs a;
-    a.dtype = check_tensor(inputs[i], "input_tensor");
-    TORCH_CHECK_VALUE(int64_t(outputs[i].size()) == getSize(), "tensor_list: expected ", getSize(),
-                      " tensors (the world size), got ", outputs[i].size());
-    for (const auto& o : outputs[i]) {
-      check_like(o, "tensor_list[i]", a.dtype, inputs[i].numel(), "input_tensor");
-      all_outputs.push_back(o);
-    }
+    a.dtype = dtypes[i];
+    all_outputs.insert(all_outputs.end(), outputs[i].begin(), outputs[i].end());
     // The list form gathers into one buffer, then copies out.
     at::Tensor flat = at::empty({inputs[i].numel() * getSize()}, inputs[i].options());
     a.input = inputs[i].data_ptr();
@@ -310,14 +301,12 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter_tensor_coalesced(
   if (!reduction_of(opts.reduceOp, &red) || any_cuda(outputs) || any_cuda(inputs)) {
     return fallback().reduce_scatter_tensor_coalesced(outputs, inputs, opts);
   }
-  TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "output: ", outputs.size(), " outputs for ",
-                    inputs.size(), " inputs");
+  const std::vector<core::DType> dtypes =
+      check_reduce_scatter_pairs(outputs, inputs, getSize(), red.op, red.premul);
   std::vector<core::ReduceScatterArgs> args;
   for (size_t i = 0; i < inputs.size(); ++i) {
     core::ReduceScatterArgs a;
-    a.dtype = check_tensor(outputs[i], "output");
-    check_op_for_dtype(red.op, red.premul, a.dtype);
-    check_like(inputs[i], "input", a.dtype, outputs[i].numel() * getSize(), "output x world size");
+    a.dtype = dtypes[i];
     a.input = inputs[i].data_ptr();
     a.output = outputs[i].data_ptr();
     a.count = size_t(outputs[i].numel());
@@ -347,13 +336,9 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter(std::vector<at::Tensor>& 
   if (!reduction_of(opts.reduceOp, &red) || any_cuda(outputs) || any_cuda(inputs)) {
     return fallback().reduce_scatter(outputs, inputs, opts);
   }
-  const at::Tensor& out = single_tensor(outputs, "output");
-  TORCH_CHECK_VALUE(inputs.size() == 1, "input_list: expected one list (one device per rank)");
-  TORCH_CHECK_VALUE(int64_t(inputs[0].size()) == getSize(), "input_list: expected ", getSize(),
-                    " tensors (the world size), got ", inputs[0].size());
-  const core::DType dtype = check_tensor(out, "output");
-  for (const auto& t : inputs[0]) check_like(t, "input_list[i]", dtype, out.numel(), "output");
-  check_op_for_dtype(red.op, red.premul, dtype);
+  const core::DType dtype =
+      check_reduce_scatter_list(outputs, inputs, getSize(), red.op, red.premul);
+  const at::Tensor& out = outputs[0];
   core::ReduceScatterArgs a;
   a.dtype = dtype;
   a.output = out.data_ptr();
@@ -379,8 +364,7 @@ c10::intrusive_ptr<c10d::Work> Backend::alltoall_base(at::Tensor& output, at::Te
   if (output.is_cuda() || input.is_cuda()) {
     return fallback().alltoall_base(output, input, output_split_sizes, input_split_sizes, opts);
   }
-  const core::DType dtype = check_tensor(input, "input");
-  check_like(output, "output", dtype, output.numel(), "input");
+  const core::DType dtype = check_all_to_all_single(output, input);
   const int world = getSize();
   auto counts = [&](const at::Tensor& t, const std::vector<int64_t>& splits, const char* arg) {
     std::vector<size_t> c(static_cast<size_t>(world));

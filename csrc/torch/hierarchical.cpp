@@ -383,13 +383,9 @@ c10::intrusive_ptr<c10d::Work> HierarchicalBackend::allgather_into_tensor_coales
   if (any_cuda(outputs) || any_cuda(inputs)) {
     return fallback().allgather_into_tensor_coalesced(outputs, inputs, opts);
   }
-  TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "output_tensors: ", outputs.size(),
-                    " outputs for ", inputs.size(), " inputs");
+  check_all_gather_pairs(outputs, inputs, getSize());
   std::vector<at::Tensor> ins, outs;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    const core::DType dtype = check_tensor(inputs[i], "input_tensor");
-    check_like(outputs[i], "output_tensor", dtype, inputs[i].numel() * getSize(),
-               "input_tensor x world size");
     ins.push_back(flat(inputs[i]));
     outs.push_back(flat(outputs[i]));
   }
@@ -405,17 +401,10 @@ c10::intrusive_ptr<c10d::Work> HierarchicalBackend::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
   if (any_cuda(outputs) || any_cuda(inputs)) return fallback().allgather_coalesced(outputs, inputs, opts);
-  TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "output_tensor_lists: ", outputs.size(),
-                    " lists for ", inputs.size(), " inputs");
+  check_all_gather_lists(outputs, inputs, getSize());
   std::vector<at::Tensor> ins, all_outputs;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    const core::DType dtype = check_tensor(inputs[i], "input_tensor");
-    TORCH_CHECK_VALUE(int64_t(outputs[i].size()) == getSize(), "tensor_list: expected ", getSize(),
-                      " tensors (the world size), got ", outputs[i].size());
-    for (const auto& o : outputs[i]) {
-      check_like(o, "tensor_list[i]", dtype, inputs[i].numel(), "input_tensor");
-      all_outputs.push_back(o);
-    }
+    all_outputs.insert(all_outputs.end(), outputs[i].begin(), outputs[i].end());
     ins.push_back(flat(inputs[i]));
   }
   Job job;
@@ -443,13 +432,9 @@ c10::intrusive_ptr<c10d::Work> HierarchicalBackend::reduce_scatter_tensor_coales
   if (!reduction_of(opts.reduceOp, &red)) {
     return fallback().reduce_scatter_tensor_coalesced(outputs, inputs, opts);
   }
-  TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "output: ", outputs.size(), " outputs for ",
-                    inputs.size(), " inputs");
+  check_reduce_scatter_pairs(outputs, inputs, getSize(), red.op, red.premul);
   std::vector<at::Tensor> ins, outs;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    const core::DType dtype = check_tensor(outputs[i], "output");
-    check_op_for_dtype(red.op, red.premul, dtype);
-    check_like(inputs[i], "input", dtype, outputs[i].numel() * getSize(), "output x world size");
     ins.push_back(flat(inputs[i]));
     outs.push_back(flat(outputs[i]));
   }
@@ -467,13 +452,8 @@ c10::intrusive_ptr<c10d::Work> HierarchicalBackend::reduce_scatter(
   if (any_cuda(outputs) || any_cuda(inputs)) return fallback().reduce_scatter(outputs, inputs, opts);
   Reduction red;
   if (!reduction_of(opts.reduceOp, &red)) return fallback().reduce_scatter(outputs, inputs, opts);
-  const at::Tensor& out = single_tensor(outputs, "output");
-  TORCH_CHECK_VALUE(inputs.size() == 1, "input_list: expected one list (one device per rank)");
-  TORCH_CHECK_VALUE(int64_t(inputs[0].size()) == getSize(), "input_list: expected ", getSize(),
-                    " tensors (the world size), got ", inputs[0].size());
-  const core::DType dtype = check_tensor(out, "output");
-  for (const auto& t : inputs[0]) check_like(t, "input_list[i]", dtype, out.numel(), "output");
-  check_op_for_dtype(red.op, red.premul, dtype);
+  check_reduce_scatter_list(outputs, inputs, getSize(), red.op, red.premul);
+  const at::Tensor& out = outputs[0];
   Job job;
   job.outputs = outputs;
   job.body = [this, out = flat(out), list = inputs[0], red](const core::Context& ctx) {
@@ -492,8 +472,7 @@ c10::intrusive_ptr<c10d::Work> HierarchicalBackend::alltoall_base(
   if (output.is_cuda() || input.is_cuda()) {
     return fallback().alltoall_base(output, input, output_split_sizes, input_split_sizes, opts);
   }
-  const core::DType dtype = check_tensor(input, "input");
-  check_like(output, "output", dtype, output.numel(), "input");
+  check_all_to_all_single(output, input);
   // Between hosts the exchange is the inter-host engine's, group-wide.
   Job job;
   job.outputs = {output};

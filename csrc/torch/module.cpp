@@ -83,19 +83,14 @@ py::object all_reduce(Communicator& comm, const at::Tensor& tensor, const std::s
   // CPU tensors only: a CUDA all-reduce that fails part way leaves the tensor
   // partly reduced (its kernels write the output piece by piece).
   a.restore = !on_cuda && restore_on_failure.value_or(comm.config().tuning.restore_on_failure);
-  Job job = on_cuda ? cuda_all_reduce_job(comm, tensor, "tensor", a) : Job{};
-  if (!async_op && on_cuda) {
+  Job job;
+  if (on_cuda) job = cuda_all_reduce_job(comm, tensor, "tensor", a);
+  if (!async_op) {
     bool ran;
     {
       py::gil_scoped_release no_gil;
-      ran = comm.run_if_idle(job.body);
-    }
-    if (ran) return py::none();
-  } else if (!async_op) {
-    bool ran;
-    {
-      py::gil_scoped_release no_gil;
-      ran = comm.run_if_idle([&a](const core::Context& ctx) { core::all_reduce(ctx, a); });
+      ran = on_cuda ? comm.run_if_idle(job.body)
+                    : comm.run_if_idle([&a](const core::Context& ctx) { core::all_reduce(ctx, a); });
     }
     if (ran) return py::none();  // with the GIL held again
   }

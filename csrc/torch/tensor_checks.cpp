@@ -38,6 +38,70 @@ void check_like(const at::Tensor& t, const char* arg, core::DType dtype, int64_t
                     "), got ", t.numel());
 }
 
+std::vector<core::DType> check_all_gather_pairs(const std::vector<at::Tensor>& outputs,
+                                                const std::vector<at::Tensor>& inputs, int world) {
+  TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "output_tensors: ", outputs.size(),
+                    " outputs for ", inputs.size(), " inputs");
+  std::vector<core::DType> dtypes;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    dtypes.push_back(check_tensor(inputs[i], "input_tensor"));
+    check_like(outputs[i], "output_tensor", dtypes.back(), inputs[i].numel() * world,
+               "input_tensor x world size");
+  }
+  return dtypes;
+}
+
+std::vector<core::DType> check_all_gather_lists(
+    const std::vector<std::vector<at::Tensor>>& outputs, const std::vector<at::Tensor>& inputs,
+    int world) {
+  TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "output_tensor_lists: ", outputs.size(),
+                    " lists for ", inputs.size(), " inputs");
+  std::vector<core::DType> dtypes;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    dtypes.push_back(check_tensor(inputs[i], "input_tensor"));
+    TORCH_CHECK_VALUE(int64_t(outputs[i].size()) == world, "tensor_list: expected ", world,
+                      " tensors (the world size), got ", outputs[i].size());
+    for (const auto& o : outputs[i]) {
+      check_like(o, "tensor_list[i]", dtypes.back(), inputs[i].numel(), "input_tensor");
+    }
+  }
+  return dtypes;
+}
+
+std::vector<core::DType> check_reduce_scatter_pairs(const std::vector<at::Tensor>& outputs,
+                                                    const std::vector<at::Tensor>& inputs, int world,
+                                                    core::ReduceOp op, bool premul) {
+  TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "output: ", outputs.size(), " outputs for ",
+                    inputs.size(), " inputs");
+  std::vector<core::DType> dtypes;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    dtypes.push_back(check_tensor(outputs[i], "output"));
+    check_op_for_dtype(op, premul, dtypes.back());
+    check_like(inputs[i], "input", dtypes.back(), outputs[i].numel() * world,
+               "output x world size");
+  }
+  return dtypes;
+}
+
+core::DType check_reduce_scatter_list(const std::vector<at::Tensor>& outputs,
+                                      const std::vector<std::vector<at::Tensor>>& inputs,
+                                      int world, core::ReduceOp op, bool premul) {
+  const at::Tensor& out = single_tensor(outputs, "output");
+  TORCH_CHECK_VALUE(inputs.size() == 1, "input_list: expected one list (one device per rank)");
+  TORCH_CHECK_VALUE(int64_t(inputs[0].size()) == world, "input_list: expected ", world,
+                    " tensors (the world size), got ", inputs[0].size());
+  const core::DType dtype = check_tensor(out, "output");
+  for (const auto& t : inputs[0]) check_like(t, "input_list[i]", dtype, out.numel(), "output");
+  check_op_for_dtype(op, premul, dtype);
+  return dtype;
+}
+
+core::DType check_all_to_all_single(const at::Tensor& output, const at::Tensor& input) {
+  const core::DType dtype = check_tensor(input, "input");
+  check_like(output, "output", dtype, output.numel(), "input");
+  return dtype;
+}
+
 core::DType check_all_to_all_lists(const std::vector<at::Tensor>& outputs,
                                    const std::vector<at::Tensor>& inputs, int world) {
   TORCH_CHECK_VALUE(int64_t(inputs.size()) == world && int64_t(outputs.size()) == world,

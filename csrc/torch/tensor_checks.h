@@ -23,6 +23,26 @@ const at::Tensor& single_tensor(const std::vector<at::Tensor>& ts, const char* a
 void check_like(const at::Tensor& t, const char* arg, core::DType dtype, int64_t numel,
                 const char* reference);
 
+// The shapes of the collectives whose flat and hierarchical forms share them
+// (backend.cpp, hierarchical.cpp). Each returns the dtype of every pair/list.
+// all_gather into tensors: output i holds world x input i.
+std::vector<core::DType> check_all_gather_pairs(const std::vector<at::Tensor>& outputs,
+                                                const std::vector<at::Tensor>& inputs, int world);
+// all_gather into lists: list i holds world tensors shaped like input i.
+std::vector<core::DType> check_all_gather_lists(
+    const std::vector<std::vector<at::Tensor>>& outputs, const std::vector<at::Tensor>& inputs,
+    int world);
+// reduce_scatter from tensors: input i holds world x output i.
+std::vector<core::DType> check_reduce_scatter_pairs(const std::vector<at::Tensor>& outputs,
+                                                    const std::vector<at::Tensor>& inputs, int world,
+                                                    core::ReduceOp op, bool premul);
+// reduce_scatter from a list: one output, one list of world tensors shaped like it.
+core::DType check_reduce_scatter_list(const std::vector<at::Tensor>& outputs,
+                                      const std::vector<std::vector<at::Tensor>>& inputs,
+                                      int world, core::ReduceOp op, bool premul);
+// all_to_all_single: input and output of one dtype.
+core::DType check_all_to_all_single(const at::Tensor& output, const at::Tensor& input);
+
 // all_to_all's lists: `world` tensors each, all of one dtype; returns it.
 core::DType check_all_to_all_lists(const std::vector<at::Tensor>& outputs,
                                    const std::vector<at::Tensor>& inputs, int world);
