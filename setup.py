@@ -46,23 +46,31 @@ def find_cuda_home():
     return None
 
 
-WITH_CUDA = os.environ.get("PYCOMM_CUDA", "1") != "0"
-if WITH_CUDA:
-    cuda_home = find_cuda_home()
-    if cuda_home:
-        # Must be set before torch.utils.cpp_extension is imported: it reads
-        # CUDA_HOME once, at import.
-        os.environ["CUDA_HOME"] = cuda_home
-    else:
-        WITH_CUDA = False
-
 import torch  # noqa: E402
+
+# Why the CUDA sources are skipped, or None when they are built.
+cuda_home = find_cuda_home()
+if os.environ.get("PYCOMM_CUDA", "1") == "0":
+    NO_CUDA = "PYCOMM_CUDA=0"
+elif torch.version.cuda is None:
+    NO_CUDA = f"torch {torch.__version__} is a CPU build"
+elif cuda_home is None:
+    NO_CUDA = "no CUDA toolkit found"
+else:
+    NO_CUDA = None
+    # Must be set before torch.utils.cpp_extension is imported: it reads
+    # CUDA_HOME once, at import.
+    os.environ["CUDA_HOME"] = cuda_home
+WITH_CUDA = NO_CUDA is None
+
 from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension  # noqa: E402
 
 if WITH_CUDA and not os.environ.get("TORCH_CUDA_ARCH_LIST"):
-    # With no GPU to ask, build for Ampere and Hopper (A100, H100/H200).
+    # With no GPU to ask, build for Ampere and Hopper (A100, H100/H200), with
+    # Hopper's PTX too: newer GPUs compile it at load, and
+    # tests/test_cuda_codegen.py reads the memory order of the flags from it.
     if not torch.cuda.is_available():
-        os.environ["TORCH_CUDA_ARCH_LIST"] = "8.0;9.0"
+        os.environ["TORCH_CUDA_ARCH_LIST"] = "8.0;9.0+PTX"
 
 # One line that scripts/setup.sh shows (it keeps the rest of the log): why the
 # CUDA sources are compiled, or not.
@@ -71,10 +79,8 @@ if WITH_CUDA:
            else "no GPU is visible, so they will not run here")
     print(f"pycomm-build: compiling the CUDA sources too, because a CUDA toolkit was found at "
           f"{os.environ['CUDA_HOME']} ({gpu}); PYCOMM_CUDA=0 skips them", flush=True)
-elif os.environ.get("PYCOMM_CUDA", "1") == "0":
-    print("pycomm-build: CPU sources only (PYCOMM_CUDA=0)", flush=True)
 else:
-    print("pycomm-build: CPU sources only (no CUDA toolkit found)", flush=True)
+    print(f"pycomm-build: CPU sources only ({NO_CUDA})", flush=True)
 
 # The core's layers are folders (transport/, collectives/, kernels/); its
 # native tests build under CMake only.

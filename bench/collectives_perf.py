@@ -316,10 +316,9 @@ class Peer:
 
 def dist_calls(dist, group, op):
     """fn(inp, out) per collective through torch.distributed, on `group`."""
-    # torch 2.14 renamed all_gather_into_tensor and reduce_scatter_tensor (the old names
-    # still work, with a FutureWarning each): the same backend calls.
-    all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-    reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    from pycomm.torch_compat import all_gather_single as all_gather
+    from pycomm.torch_compat import reduce_scatter_single as reduce_scatter
+
     return {
         "all_reduce": lambda i, o: dist.all_reduce(o, op=op, group=group),
         "broadcast": lambda i, o: dist.broadcast(o, src=ROOT, group=group),

@@ -8,10 +8,11 @@ Ranks are processes; with fewer GPUs than ranks they share them (rank r on
 cuda:r % count). Processes on one GPU take turns on it unless MPS runs, so
 their times there say little about the kernels (bench/gpu_check.sh times the
 kernels with ranks as threads of one process); the values are checked either
-way. NCCL runs several ranks on one GPU only when NCCL_MULTI_RANK_GPU_ENABLE=1
-is set (NCCL 2.30 and later; set here) and symmetric memory only with
-TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1 (set here); where one cannot run,
-its column says why.
+way. NCCL runs several ranks on one GPU only from 2.30 on, with
+NCCL_MULTI_RANK_GPU_ENABLE=1 (bench/nccl_one_gpu.py: set where it helps, else the
+column says why), and symmetric memory only with
+TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1 (set here); every peer is probed once on
+every rank, and where one cannot run, its column says why.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import statistics
 import sys
 
 from bench_launch import launch
+from nccl_one_gpu import nccl_version, prepare_nccl, version_text
 
 ALGORITHMS = ("auto", "direct", "two_shot", "ring")
 
@@ -52,6 +54,25 @@ def _time_us(torch, fn, iters):
     return statistics.median(times), min(times), max(times)
 
 
+def _why(e: BaseException) -> str:
+    """An exception in one line, for a column's reason."""
+    return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:100]}"
+
+
+def _on_every_rank(torch, dist, name, setup):
+    """(setup()'s value, None) when it succeeded on every rank, else (None, why not): every
+    rank must make the same choice, or their collectives would not match."""
+    try:
+        value, why = setup(), None
+    except Exception as e:  # noqa: BLE001 - reported as the column's reason
+        value, why = None, _why(e)
+    ok = torch.tensor([0 if why else 1])
+    dist.all_reduce(ok, op=dist.ReduceOp.MIN)  # a CPU tensor: the default group's gloo
+    if not ok.item():
+        return None, why or f"{name} failed on another rank"
+    return value, None
+
+
 def _peers(torch, dist, dev, world):
     """Each candidate: name -> (prepare, why not). prepare(t) returns a call
     that all-reduces t's values and returns the tensor holding the result."""
@@ -61,34 +82,53 @@ def _peers(torch, dist, dev, world):
     for algo in ALGORITHMS:
         out[f"pycomm {algo}"] = (
             lambda t, a=algo: (lambda: (pycomm.all_reduce(t, algorithm=a), t)[1]), None)
-    try:
-        nccl = dist.new_group(backend="nccl")
-        probe = torch.ones(4, device=dev)
-        dist.all_reduce(probe, group=nccl)
-        torch.cuda.synchronize()
-        out["nccl"] = (lambda t: (lambda: (dist.all_reduce(t, group=nccl), t)[1]), None)
-    except Exception as e:  # noqa: BLE001 - reported as the column's reason
-        out["nccl"] = (None, f"{type(e).__name__}: {str(e).splitlines()[0][:100]}")
-    try:
+
+    refused = prepare_nccl(world, torch.cuda.device_count())
+    if refused:
+        out["nccl"] = (None, refused)
+    else:
+        def nccl_setup():
+            group = dist.new_group(backend="nccl")
+            dist.all_reduce(torch.ones(4, device=dev), group=group)
+            torch.cuda.synchronize()
+            return group
+
+        nccl, why = _on_every_rank(torch, dist, "nccl", nccl_setup)
+        out["nccl"] = (None, why) if nccl is None else (
+            lambda t: (lambda: (dist.all_reduce(t, group=nccl), t)[1]), None)
+
+    def symm_setup():
         import torch.distributed._symmetric_memory as symm_mem
 
         group_name = dist.group.WORLD.group_name
         symm_mem.enable_symm_mem_for_group(group_name)
+        probe = symm_mem.empty(4, dtype=torch.float32, device=dev)
+        symm_mem.rendezvous(probe, group_name)
+        probe.fill_(1.0)
+        got = torch.ops.symm_mem.one_shot_all_reduce(probe, "sum", group_name)
+        torch.cuda.synchronize()
+        if not bool((got == world).all()):
+            raise RuntimeError(f"a one-shot probe summed to {got.tolist()}, not {world}")
+        return symm_mem, group_name
 
-        def symm(op_name):
-            def prepare(t):
-                buf = symm_mem.empty(t.numel(), dtype=t.dtype, device=dev)
-                symm_mem.rendezvous(buf, group_name)
-                buf.copy_(t)
-                op = getattr(torch.ops.symm_mem, op_name)
-                # one_shot returns a new tensor; two_shot_ reduces buf in place.
-                return lambda: op(buf, "sum", group_name)
-            return prepare
+    symm, why = _on_every_rank(torch, dist, "symmetric memory", symm_setup)
+    if symm is None:
+        out["symm one_shot"] = out["symm two_shot"] = (None, why)
+        return out
+    symm_mem, group_name = symm
 
-        out["symm one_shot"] = (symm("one_shot_all_reduce"), None)
-        out["symm two_shot"] = (symm("two_shot_all_reduce_"), None)
-    except Exception as e:  # noqa: BLE001
-        out["symm one_shot"] = out["symm two_shot"] = (None, f"{type(e).__name__}: {str(e)[:100]}")
+    def symm_op(op_name):
+        def prepare(t):
+            buf = symm_mem.empty(t.numel(), dtype=t.dtype, device=dev)
+            symm_mem.rendezvous(buf, group_name)
+            buf.copy_(t)
+            op = getattr(torch.ops.symm_mem, op_name)
+            # one_shot returns a new tensor; two_shot_ reduces buf in place.
+            return lambda: op(buf, "sum", group_name)
+        return prepare
+
+    out["symm one_shot"] = (symm_op("one_shot_all_reduce"), None)
+    out["symm two_shot"] = (symm_op("two_shot_all_reduce_"), None)
     return out
 
 
@@ -121,13 +161,14 @@ def run(args):
                 med, lo, hi = _time_us(torch, call, args.iters)
                 row.update(us=med, us_min=lo, us_max=hi, wrong=wrong)
             except Exception as e:  # noqa: BLE001 - one failing column does not end the sweep
-                row["why"] = f"{type(e).__name__}: {str(e).splitlines()[0][:100]}"
+                row["why"] = _why(e)
             rows.append(row)
     if rank == 0:
         report(rows, world, args)
         if args.json:
             with open(args.json, "w") as f:
-                json.dump(dict(world=world, gpus=torch.cuda.device_count(), rows=rows), f, indent=1)
+                json.dump(dict(world=world, gpus=torch.cuda.device_count(),
+                               nccl=version_text(nccl_version()), rows=rows), f, indent=1)
 
 
 def report(rows, world, args):
@@ -153,7 +194,7 @@ def report(rows, world, args):
     sys.stdout.flush()
 
 
-def main(argv=None):
+def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("-b", "--minbytes", type=parse_size, default="8", help="smallest size (8, 64K, 1M)")
     p.add_argument("-e", "--maxbytes", type=parse_size, default="256M", help="largest size")
@@ -163,7 +204,33 @@ def main(argv=None):
     p.add_argument("--warmup", type=int, default=3, help="untimed calls before them")
     p.add_argument("--json", metavar="PATH", help="write the rows here")
     args = p.parse_args(argv)
-    os.environ.setdefault("NCCL_MULTI_RANK_GPU_ENABLE", "1")
+    if args.minbytes < 1 or args.minbytes > args.maxbytes:
+        p.error("-b must be >= 1 and must not exceed -e")
+    if args.nproc < 1 or args.iters < 1 or args.warmup < 0:
+        p.error("--nproc and --iters must be >= 1, --warmup >= 0")
+    return args
+
+
+# What a run imports beyond torch and pycomm (bench/dry_run.py checks it).
+DRY_RUN_NEEDS = ("torch.distributed._symmetric_memory", "nccl_one_gpu")
+
+
+def plan(args):
+    """What a run would do (bench/dry_run.py prints it)."""
+    from nccl_one_gpu import SHARED_GPU_NCCL
+
+    all_sizes = list(sizes(args))
+    return dict(ranks=args.nproc, sizes=f"{len(all_sizes)} from {all_sizes[0]} to {all_sizes[-1]} B",
+                peers=", ".join([f"pycomm {a}" for a in ALGORITHMS] + ["nccl", "symm one/two_shot"]),
+                calls=f"{1 + args.warmup + args.iters} per size and peer",
+                nccl=f"{version_text(nccl_version())} here (ranks sharing a GPU need "
+                     f"{version_text(SHARED_GPU_NCCL)}+)")
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    # Symmetric memory refuses ranks that share a GPU unless told otherwise; NCCL's
+    # variable is set by nccl_one_gpu where its version allows it.
     os.environ.setdefault("TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES", "1")
     launch(run, args, args.nproc, backend="cpu:gloo,cuda:gloo")
 

@@ -20,7 +20,8 @@ same initial weights:
                the cores, not the all-reduce. Each mode's step / the no-comm step is the
                `/no-comm` column (the issue's target: backend and ring <= 1.03). It runs
                first and again last; the faster of the two is the ceiling.
-    stock      DDP's all-reduce on the stock backend (gloo on CPUs, NCCL on GPUs), through
+    stock      DDP's all-reduce on the stock backend (gloo on CPUs, NCCL on GPUs; gloo on
+               ranks that share a GPU where NCCL refuses that, as before 2.30), through
                torch's allreduce_hook: the Python twin of DDP's built-in path (divide the
                bucket by N, all-reduce SUM), so that its buckets can be timed like the others.
     ring       pycomm.ring_hook, fp32 average.
@@ -97,6 +98,7 @@ _OUT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_launch import launch  # noqa: E402  (also puts the repository root on sys.path)
+from nccl_one_gpu import prepare_nccl  # noqa: E402
 
 MODES = {"stock": None, "ring": None, "ring-bf16": "bf16", "ring-fp16": "fp16", "no-comm": None,
          "backend": None}
@@ -219,7 +221,7 @@ class World:
         self.pycomm_group = None  # a pycomm process group, for the backend mode
 
     def barrier(self):
-        if self.device.type == "cuda":
+        if self.backend == "nccl":  # NCCL's barrier needs the device; gloo's has none
             self.dist.barrier(device_ids=[self.device.index])
         else:
             self.dist.barrier()
@@ -335,9 +337,8 @@ def train(world, args, model, opt, batches, label, timer=None):
     import torch.nn.functional as F
 
     bar = None
-    if world.rank == 0:
-        from tqdm import tqdm
-
+    tqdm = _tqdm() if world.rank == 0 else None
+    if tqdm is not None:
         phase = "warm-up" if args.warmup else "timed"
         bar = tqdm(total=args.warmup + args.steps, desc=f"{label} {phase}", unit="step",
                    file=sys.stderr, leave=True, mininterval=0.5, dynamic_ncols=True)
@@ -370,6 +371,15 @@ def train(world, args, model, opt, batches, label, timer=None):
     if bar is not None:
         bar.close()
     return times, comm, exposed
+
+
+def _tqdm():
+    """tqdm's progress bar class, or None where tqdm is not installed (no bar then)."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm
 
 
 def run_baseline(world, args):
@@ -700,9 +710,11 @@ def report(records, args):
           f"images, batch {first['batch_size']} per rank, {first['threads']} thread(s) per rank; "
           f"median of {first['steps']} timed steps after {first['warmup']} warm-up")
     if args.gpus and max(sizes) > args.gpus:
-        print(f"# {max(sizes)} ranks share {args.gpus} GPU(s): their kernels take turns on each "
-              f"GPU, so the step times compare the all-reduces' cost to the ranks, not a "
-              f"multi-GPU step (no NVLink traffic, no overlap across GPUs)")
+        print(f"# {max(sizes)} ranks share {args.gpus} GPU(s): without MPS their kernels take "
+              f"turns on each GPU, so the step times compare the all-reduces' cost to the ranks, "
+              f"not a multi-GPU step (no NVLink traffic, no overlap across GPUs)")
+    if args.stock_reason:
+        print(f"# stock backend {args.stock_backend}, not NCCL: {args.stock_reason}")
     if base:
         print(f"# 1-rank baseline (rank 0 alone, no DDP): T1 = {base['step_time_s'] * 1e3:.1f} ms "
               f"per step, {base['images_per_s']:.1f} images/s")
@@ -833,8 +845,6 @@ def parse_args(argv=None):
     if bad or not modes:
         p.error(f"--modes: unknown {', '.join(bad) or '(none)'}; choose from {', '.join(MODES)}")
     args.modes = list(dict.fromkeys(modes))
-    if args.device == "cuda" and not torch.cuda.is_available():
-        p.error("--device cuda: no CUDA device is available")
     if args.sync_bn and args.device != "cuda":
         p.error("--sync-bn: SyncBatchNorm trains only on CUDA devices (it raises on CPU "
                 "tensors); drop --sync-bn or use --device cuda")
@@ -846,11 +856,6 @@ def parse_args(argv=None):
         p.error(f"--nproc: expected a number or a comma list of numbers, got {args.nproc!r}")
     if not sizes or min(sizes) < 1:
         p.error("--nproc: world sizes must be >= 1")
-    if gpus and max(sizes) > gpus:
-        # Ranks share GPUs: NCCL (2.30 and later) allows it only when asked to. The
-        # report says so; such a run measures kernels taking turns on one GPU, not a
-        # multi-GPU step.
-        os.environ.setdefault("NCCL_MULTI_RANK_GPU_ENABLE", "1")
     args.gpus = gpus
     if args.image_size is None:
         args.image_size = 224 if args.device == "cuda" else 32
@@ -862,15 +867,49 @@ def parse_args(argv=None):
         p.error("--warmup: must be >= 0")
     if args.calibration and not os.path.exists(args.calibration):
         p.error(f"--calibration: no such file {args.calibration!r}")
+    args.stock_backend, args.stock_reason = None, None  # set by main (stock_backend)
     args.baseline_step_s = None   # set for later worlds: T1 is measured once
     args.result_path = None       # where rank 0 leaves its records for the launching process
     return args
 
 
+def stock_backend(args, ranks):
+    """(backend, why not NCCL or None): gloo on CPUs; on GPUs NCCL, unless the ranks share
+    a GPU and this NCCL refuses that (bench/nccl_one_gpu.py), and then gloo, which
+    all-reduces CUDA tensors through the host: still DDP's own all-reduce."""
+    if args.device != "cuda":
+        return "gloo", None
+    why = prepare_nccl(ranks, args.gpus)
+    return ("nccl", None) if why is None else ("gloo", why)
+
+
+# What a run imports beyond torch and pycomm (bench/dry_run.py checks it).
+DRY_RUN_NEEDS = ("torchvision", "torch.nn.parallel", "nccl_one_gpu")
+
+
+def plan(args):
+    """What a run would do (bench/dry_run.py prints it)."""
+    import torch
+
+    backend, why = (stock_backend(args, max(args.nproc)) if torch.cuda.is_available()
+                    else ("decided on the GPU machine by bench/nccl_one_gpu.py", None))
+    return dict(ranks=",".join(map(str, args.nproc)), device=args.device, modes=",".join(args.modes),
+                model=f"{args.model}, {args.image_size}px, batch {args.batch_size}",
+                steps=f"{args.warmup} warm-up + {args.steps} timed per mode",
+                stock_backend=backend if why is None else f"{backend} ({why})")
+
+
 def main(argv=None):
+    import torch
+
     args = parse_args(argv)
-    backend = "nccl" if args.device == "cuda" else "gloo"
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("ddp_resnet50.py: --device cuda: no CUDA device is available")
+    under_torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    ranks = int(os.environ["WORLD_SIZE"]) if under_torchrun else max(args.nproc)
+    backend, args.stock_reason = stock_backend(args, ranks)
+    args.stock_backend = backend
+    if under_torchrun:
         launch(run, args, int(os.environ["WORLD_SIZE"]), backend)  # torchrun: rank 0 reports
         return
     records = []

@@ -1,125 +1,275 @@
-"""The one table at the end of bench/gpu_check.sh, from the files it wrote.
+"""The one table of bench/gpu_check.sh: every step's status and time, what was skipped and
+why, and the key numbers. gpu_check.sh calls it after every step, so that $OUT holds the
+table and the numbers of every step finished so far, whenever the run ends.
 
-    python3 bench/gpu_summary.py OUT_DIR
+    python3 bench/gpu_summary.py OUT_DIR [--raw RAW_DIR]
 
-Each line names the file it came from; a step whose file is missing says so.
+With --raw, the steps' own outputs in RAW_DIR (NAME.json from the drivers, NAME.log:
+the part of the combined log that step NAME wrote) are gathered into OUT_DIR/results.json
+first; without, results.json is read. OUT_DIR/steps.tsv has one line per finished step:
+name, status, seconds, limit, note. The table goes to stdout and OUT_DIR/table.txt.
 """
 from __future__ import annotations
 
+import argparse
+import glob
 import json
 import os
+import re
 import sys
 
+# Sizes the table shows, of those a sweep measured: latency, the middle, bandwidth.
+SHOWN_SIZES = (8, 1 << 20, 256 << 20)
+# pytest -v lines, and what --collect-only prints.
+PYTEST_OUTCOME = re.compile(r"^(tests/\S+::\S+) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b", re.M)
+PYTEST_COLLECTED = re.compile(r"(\d+) tests? collected")
+SANITIZER_ERRORS = re.compile(r"ERROR SUMMARY: (\d+) error")
+CTEST_LINE = re.compile(r"\d+% tests passed, \d+ tests failed out of \d+")
+# What the threads bench chose so that every rank's blocks are resident at once.
+RESIDENT = re.compile(r"^# (\d+ SMs: at most \d+ blocks a rank)", re.M)
+# The threads bench exits 3 when a kernel's wait for a peer timed out: under
+# compute-sanitizer, which may run the ranks' kernels one at a time, that is expected.
+SERIALIZED = ("; the bench's rc 3 is an in-kernel wait that timed out: the sanitizer "
+              "likely ran the ranks' kernels one at a time")
 
-def _load(out, name):
-    path = os.path.join(out, name)
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        return json.load(f)
+
+# --------------------------------------------------------------------------- gathering
+
+def _log_facts(text):
+    """What the table needs from a step's log: its last line, and what a tool printed."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    facts = dict(last_line=lines[-1][:160] if lines else "")
+    outcomes = PYTEST_OUTCOME.findall(text)
+    if outcomes:
+        facts["pytest"] = {name: outcome for name, outcome in outcomes}
+    collected = PYTEST_COLLECTED.search(text)
+    if collected:
+        facts["collected"] = int(collected.group(1))
+    errors = SANITIZER_ERRORS.findall(text)
+    if errors:
+        facts["sanitizer_errors"] = sum(map(int, errors))
+    ctest = CTEST_LINE.search(text)
+    if ctest:
+        facts["ctest"] = ctest.group(0)
+    resident = RESIDENT.search(text)
+    if resident:
+        facts["resident"] = resident.group(1)
+    return facts
 
 
-def _steps(out):
-    path = os.path.join(out, "summary.tsv")
+def gather(out, raw):
+    """results.json from RAW_DIR's files: {"steps": [...], NAME: its JSON, "logs": {...}}."""
+    results = dict(steps=read_steps(out), logs={})
+    for path in sorted(glob.glob(os.path.join(raw, "*.json"))):
+        name = os.path.splitext(os.path.basename(path))[0]
+        try:
+            with open(path) as f:
+                results[name] = json.load(f)
+        except (OSError, ValueError) as e:  # a step killed while it wrote
+            results[name] = dict(unreadable=str(e))
+    for path in sorted(glob.glob(os.path.join(raw, "*.log"))):
+        with open(path, errors="replace") as f:
+            results["logs"][os.path.splitext(os.path.basename(path))[0]] = _log_facts(f.read())
+    with open(os.path.join(out, "results.json.tmp"), "w") as f:
+        json.dump(results, f, indent=1)
+    os.replace(os.path.join(out, "results.json.tmp"), os.path.join(out, "results.json"))
+    return results
+
+
+def read_steps(out):
+    path = os.path.join(out, "steps.tsv")
     if not os.path.exists(path):
         return []
+    keys = ("name", "status", "seconds", "limit", "note")
     with open(path) as f:
-        return [line.rstrip("\n").split("\t") for line in f if line.strip()]
+        return [dict(zip(keys, line.rstrip("\n").split("\t"))) for line in f if line.strip()]
 
 
-def threads_lines(out):
-    """Ranks as threads on one GPU: each algorithm's median at a few sizes, with
-    the latency floor and the device-copy ceiling of the same run."""
-    lines = []
-    for n in (2, 4, 8):
-        data = _load(out, f"threads_{n}.json")
-        if data is None:
-            lines.append(f"threads x{n}: no result (threads_{n}.txt)")
-            continue
-        rows = data.get("rows", [])
-        by_size = {}
-        for r in rows:
-            by_size.setdefault(r.get("bytes"), []).append(r)
-        for size in (8, 64 << 10, 1 << 20, 256 << 20):
-            rs = by_size.get(size)
-            if not rs:
-                continue
-            parts = []
-            for r in rs:
-                floor = r.get("floor_us")  # the HBM-bound time measured in the same run
-                frac = f" ({floor / r['time_us']:.2f} of the memory bound)" if floor else ""
-                parts.append(f"{r['algorithm']} {r['time_us']:.1f} us{frac}"
-                             f"{'' if not r.get('wrong') else ' WRONG ' + str(r['wrong'])}")
-            lines.append(f"threads x{n} {_size(size):>6}: " + "; ".join(parts))
-        if "empty_launch_us" in data:
-            lines.append(f"threads x{n} empty kernel launch: {data['empty_launch_us']:.1f} us")
-    return lines
-
-
-def procs_lines(out):
-    lines = []
-    for n in (2, 3, 4):
-        data = _load(out, f"procs_{n}.json")
-        if data is None:
-            lines.append(f"processes x{n}: no result (procs_{n}.txt)")
-            continue
-        wrong = sum(r.get("wrong", 0) for r in data["rows"])
-        names = sorted({r["name"] for r in data["rows"]})
-        missing = sorted({r["name"] for r in data["rows"] if "us" not in r})
-        lines.append(f"processes x{n} on {data['gpus']} GPU(s): #wrong {wrong} over {len(names)} "
-                     f"peers" + (f"; not run: {', '.join(missing)}" if missing else ""))
-        for size in (8, 64 << 10, 1 << 20, 256 << 20):
-            rs = [r for r in data["rows"] if r["bytes"] == size and "us" in r]
-            if rs:
-                lines.append(f"processes x{n} {_size(size):>6}: " +
-                             "; ".join(f"{r['name']} {r['us']:.1f} us" for r in rs))
-    return lines
-
-
-def ddp_lines(out):
-    data = _load(out, "ddp_resnet50.json")
-    if data is None:
-        return ["ddp_resnet50: no result (ddp_resnet50.txt)"]
-    records = data if isinstance(data, list) else data.get("records", [])
-    lines = []
-    stock = next((r for r in records if r["mode"] == "stock" and r.get("available")), None)
-    for r in records:
-        if r["mode"] == "baseline":
-            continue
-        if not r.get("available"):
-            lines.append(f"ddp {r['mode']}: not run ({r.get('reason')})")
-            continue
-        vs = f", {r['step_time_s'] / stock['step_time_s']:.3f}x stock" if stock else ""
-        lines.append(f"ddp {r['mode']} N={r['world_size']}: {r['step_time_s'] * 1e3:.1f} ms/step{vs}")
-    return lines
-
-
-def cpu_lines(out):
-    lines = []
-    for n in (4, 8):
-        data = _load(out, f"cpu_collectives_{n}.json")
-        if data is None:
-            lines.append(f"cpu x{n}: no result (cpu_collectives_{n}.txt)")
-            continue
-        for s in data.get("summary", []):
-            lines.append(f"cpu x{n} {s['line']}")
-    return lines
-
+# --------------------------------------------------------------------------- the lines
 
 def _size(b):
     for unit, scale in (("M", 1 << 20), ("K", 1 << 10)):
         if b >= scale and b % scale == 0:
             return f"{b // scale}{unit}"
-    return str(b)
+    return f"{b}B"
 
 
-def main(out):
-    print("# bench/gpu_check.sh")
-    for name, status, took in _steps(out):
-        print(f"step {name:<20} {status:<14} {took}")
-    for line in threads_lines(out) + procs_lines(out) + ddp_lines(out) + cpu_lines(out):
-        print(line)
+def _dry(name, data):
+    """A driver's dry run (bench/dry_run.py): whether it parsed and imported, and its plan."""
+    missing = data.get("missing")
+    plan = "; ".join(f"{k} {v}" for k, v in data.get("plan", {}).items())
+    return [f"{name}: dry run: arguments parse, imports "
+            + (f"MISSING {'; '.join(missing)}" if missing else "ok") + (f"; {plan}" if plan else "")]
+
+
+def machine_lines(m):
+    gpus = m.get("gpus_smi") or [{}]
+    g = gpus[0]
+    return [f"machine: {g.get('name', 'no GPU')}, driver {g.get('driver_version', '-')}, compute mode "
+            f"{g.get('compute_mode', '-')}, MIG {g.get('mig.mode.current', '-')}; torch {m.get('torch')}, "
+            f"CUDA {m.get('torch_cuda')}, NCCL {m.get('nccl')}; nvcc {m.get('nvcc') or 'missing'}",
+            "missing: " + (", ".join([k for k, v in m.get("tools", {}).items() if not v]
+                                     + [k for k, v in m.get("packages", {}).items() if not v])
+                           or "nothing")]
+
+
+def threads_lines(name, data, facts):
+    """Ranks as threads on one GPU: each algorithm at a few sizes, against the copy
+    floor of the same run, the empty-launch latency and the blocks the launcher chose."""
+    rows = data.get("rows", [])
+    wrong = sum(r.get("wrong", 0) for r in rows)
+    head = (f"{name} ({data.get('ranks')} ranks as threads): #wrong {wrong} over {len(rows)} rows; "
+            f"empty launch + sync {data.get('empty_launch_us', 0):.1f} us"
+            + (f"; {facts['resident']}" if "resident" in facts else ""))
+    biggest = max((r["bytes"] for r in rows), default=None)
+    blocks = {r["algorithm"]: r["blocks"] for r in rows if r["bytes"] == biggest}
+    if blocks:
+        head += "; blocks at the largest size " + ", ".join(f"{a} {b}" for a, b in blocks.items())
+    lines = [head]
+    for size in SHOWN_SIZES:
+        rs = [r for r in rows if r["bytes"] == size]
+        if rs:
+            lines.append(f"  {_size(size):>5}: " + "; ".join(
+                f"{r['algorithm']} {r['time_us']:.1f} us ({r['time_us'] / r['floor_us']:.2f}x floor)"
+                + (f" busbw {r['busbw_gbs']:.0f} GB/s" if size >= (1 << 20) else "")
+                + (f" WRONG {r['wrong']}" if r.get("wrong") else "") for r in rs))
+    return lines
+
+
+def pytest_lines(name, facts):
+    if "pytest" not in facts:
+        return [f"{name}: {facts['collected']} tests collected"] if "collected" in facts else []
+    outcomes = facts["pytest"]
+    counts = {}
+    for outcome in outcomes.values():
+        counts[outcome] = counts.get(outcome, 0) + 1
+    bad = [n.split("::", 1)[1] for n, o in outcomes.items() if o in ("FAILED", "ERROR")]
+    return [f"{name}: " + ", ".join(f"{v} {k.lower()}" for k, v in sorted(counts.items()))
+            + (f"; failed: {', '.join(bad[:4])}" if bad else "")]
+
+
+def procs_lines(name, data):
+    rows = data.get("rows", [])
+    wrong = sum(r.get("wrong", 0) for r in rows)
+    not_run = {}
+    for r in rows:
+        if "us" not in r:
+            not_run.setdefault(r["name"], r.get("why") or "?")
+    lines = [f"{name} ({data.get('world')} processes on {data.get('gpus')} GPU, NCCL "
+             f"{data.get('nccl', '?')}): #wrong {wrong}"
+             + "".join(f"; {peer} not run: {why}" for peer, why in not_run.items())]
+    for size in SHOWN_SIZES:
+        rs = [r for r in rows if r["bytes"] == size and "us" in r]
+        if rs:
+            lines.append(f"  {_size(size):>5}: " + "; ".join(f"{r['name']} {r['us']:.1f} us" for r in rs))
+    return lines
+
+
+def ddp_grads_lines(name, data):
+    return [f"{name} ({data.get('model')}, {data.get('world')} ranks on {data.get('gpus')} GPU, vs "
+            f"{data.get('reference')}): " + "; ".join(
+                f"{c['hook']} worst {c['worst']:.2e} (tolerance {c['tolerance']:.2e}) "
+                f"{'ok' if c['ok'] else 'FAILED'}" for c in data.get("checks", []))]
+
+
+def ddp_lines(name, records):
+    records = records if isinstance(records, list) else records.get("records", [])
+    stock = next((r for r in records if r["mode"] == "stock" and r.get("available")), None)
+    parts = []
+    for r in records:
+        if r["mode"] == "baseline":
+            continue
+        if not r.get("available"):
+            parts.append(f"{r['mode']} not run ({r.get('reason')})")
+            continue
+        ratios = ([f"{r['over_no_comm']:.2f}x no-comm"] if r.get("over_no_comm") and r["mode"] != "no-comm"
+                  else []) + ([f"{r['step_time_s'] / stock['step_time_s']:.2f}x stock"]
+                              if stock and r is not stock else [])
+        parts.append(f"{r['mode']} {r['step_time_s'] * 1e3:.1f} ms/step"
+                     + (f" ({', '.join(ratios)})" if ratios else ""))
+    backend = records[0].get("backend", "?") if records else "?"
+    return [f"{name} (stock backend {backend}): " + "; ".join(parts)]
+
+
+def cpu_lines(name, data):
+    return [f"{name}: {s['line']}" for s in data.get("summary", [])]
+
+
+def number_lines(results):
+    lines = []
+    if isinstance(results.get("machine"), dict):
+        lines += machine_lines(results["machine"])
+    logs = results.get("logs", {})
+    for step in results.get("steps", []):
+        name = step["name"]
+        data, facts = results.get(name), logs.get(name, {})
+        try:
+            if isinstance(data, dict) and data.get("dry_run"):
+                lines += _dry(name, data)
+            elif name.startswith("threads_") and data:
+                lines += threads_lines(name, data, facts)
+            elif name.startswith("mps_procs_") and data:
+                lines += procs_lines(name, data)
+            elif name == "ddp_grads" and data:
+                lines += ddp_grads_lines(name, data)
+            elif name == "ddp_resnet50" and data:
+                lines += ddp_lines(name, data)
+            elif name.startswith("cpu_collectives_") and data:
+                lines += cpu_lines(name, data)
+            elif name == "ipc_tests":
+                lines += pytest_lines(name, facts)
+            if "sanitizer_errors" in facts:
+                lines.append(f"{name}: compute-sanitizer found {facts['sanitizer_errors']} error(s)"
+                             + (SERIALIZED if step["status"] == "FAILED rc=3" else ""))
+            if "ctest" in facts:
+                lines.append(f"{name}: {facts['ctest']}")
+        except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
+            lines.append(f"{name}: result not readable ({type(e).__name__}: {e})")
+    return lines
+
+
+def table(results, planned_limit=None):
+    steps = results.get("steps", [])
+    failed = [s for s in steps if not (s["status"] == "ok" or s["status"].startswith("skipped"))]
+    skipped = [s for s in steps if s["status"].startswith("skipped")]
+    took = sum(int(s["seconds"]) for s in steps if s["seconds"].isdigit())
+    out = [f"# bench/gpu_check.sh: {len(steps)} steps: {len(steps) - len(failed) - len(skipped)} ok, "
+           f"{len(skipped)} skipped, {len(failed)} failed; {took} s"
+           + (f" of the {planned_limit} s limit" if planned_limit else ""),
+           f"{'step':<18} {'status':<26} {'time':>5} {'limit':>5}  note"]
+    for s in steps:
+        out.append(f"{s['name']:<18} {s['status'][:26]:<26} {s['seconds'] + 's':>5} "
+                   f"{s['limit'] + 's':>5}  {s.get('note', '')}")
+    logs = results.get("logs", {})
+    for s in failed:
+        last = logs.get(s["name"], {}).get("last_line")
+        if last:
+            out.append(f"# {s['name']} ended with: {last}")
+    reasons = {}
+    for s in skipped:
+        reasons.setdefault(s["status"], []).append(s["name"])
+    for why, names in reasons.items():
+        out.append(f"# {why}: {', '.join(names)}")
+    return out + number_lines(results)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("out", nargs="?", default="bench/out/gpu", help="the check's OUT folder")
+    p.add_argument("--raw", metavar="DIR", help="gather the steps' own outputs from here first")
+    p.add_argument("--limit", type=int, help="the run's total time limit, for the header")
+    args = p.parse_args(argv)
+    if args.raw:
+        results = gather(args.out, args.raw)
+    else:
+        with open(os.path.join(args.out, "results.json")) as f:
+            results = json.load(f)
+        results["steps"] = read_steps(args.out)
+    text = "\n".join(table(results, args.limit)) + "\n"
+    with open(os.path.join(args.out, "table.txt"), "w") as f:
+        f.write(text)
+    sys.stdout.write(text)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "bench/out/gpu")
+    main()

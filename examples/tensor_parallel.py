@@ -20,6 +20,8 @@ import torch
 import torch.distributed as dist
 
 import pycomm  # noqa: F401  (registers the "pycomm" backend)
+# dist.all_gather_single and dist.reduce_scatter_single from torch 2.12 on; the old names before.
+from pycomm.torch_compat import all_gather_single, reduce_scatter_single
 
 
 def main():
@@ -51,11 +53,11 @@ def main():
         x_local = inputs.chunk(world)[rank].contiguous()  # this rank's part of the sequence
 
         t0 = time.perf_counter()
-        dist.all_gather_single(x, x_local)
+        all_gather_single(x, x_local)
         t1 = time.perf_counter()
         partial = torch.nn.functional.gelu(x @ w1_local) @ w2_local
         t2 = time.perf_counter()
-        dist.reduce_scatter_single(out_local, partial, op=dist.ReduceOp.SUM)
+        reduce_scatter_single(out_local, partial, op=dist.ReduceOp.SUM)
         comm_s += (t1 - t0) + (time.perf_counter() - t2)
 
         reference = (torch.nn.functional.gelu(inputs @ w1) @ w2).chunk(world)[rank]

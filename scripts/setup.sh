@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything a fresh machine needs, idempotent and quick when already done:
-# torch (kept when one pycomm supports is installed; else 2.14.1, the CUDA 13.0
-# build the CI machines carry), the test and benchmark dependencies, and
+# torch (kept when one pycomm supports, 2.11 or newer, is installed; else
+# 2.14.1, the CUDA 13.0 build the CI machines carry), the test and benchmark dependencies, and
 # pycomm's native extension built in place against that torch (CPU always; CUDA
 # too when a toolkit is found, even without a GPU; PYCOMM_CUDA=0 skips it).
 set -euo pipefail
@@ -10,10 +10,12 @@ PY=${PYTHON:-python3}
 
 have() { "$PY" -c "$1" >/dev/null 2>&1; }
 
-# The torch releases pycomm supports: from OLDEST_TORCH (the oldest built and
-# tested) on. An installed torch in that range stays: the extension builds
-# against the torch that is present, as every torch extension does.
-OLDEST_TORCH=2.14.1
+# The torch releases pycomm supports: from OLDEST_TORCH on (CI builds and
+# tests TESTED_TORCH, runs the suite again on 2.13.0 and compiles the glue
+# against 2.11.0's headers; the GPU machine carries 2.11.0). An installed torch
+# in that range stays: the extension builds against the torch that is present,
+# as every torch extension does.
+OLDEST_TORCH=2.11.0
 TESTED_TORCH=2.14.1
 torch_version=$("$PY" -c "import torch; print(torch.__version__.split('+')[0])" 2>/dev/null || true)
 if [ -z "$torch_version" ] || ! "$PY" -c "import sys; v = lambda s: tuple(int(x) for x in s.split('.')[:3] if x.isdigit()); sys.exit(v('$torch_version') < v('$OLDEST_TORCH'))"; then
@@ -31,6 +33,14 @@ fi
 if ! have "import pytest, pytest_timeout, hypothesis, tqdm, matplotlib, ninja, numpy"; then
   echo "setup: installing test and benchmark dependencies"
   "$PY" -m pip install --quiet "pytest>=8" "pytest-timeout>=2.3" "hypothesis>=6" tqdm matplotlib ninja numpy "setuptools>=64" wheel
+fi
+# cuobjdump, with which tests/test_cuda_codegen.py reads the built kernels'
+# registers, stack frames and PTX: NVIDIA's wheel where the toolkit lacks it.
+if [ "${PYCOMM_CUDA:-1}" != 0 ] && { command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; } &&
+   ! command -v cuobjdump >/dev/null && [ ! -x /usr/local/cuda/bin/cuobjdump ] &&
+   ! have "import importlib.util as u, os, sys; sys.exit(not any(os.path.exists(os.path.join(p, 'cu13/bin/cuobjdump')) for p in u.find_spec('nvidia').submodule_search_locations))"; then
+  echo "setup: installing cuobjdump (the CUDA toolkit here has none)"
+  "$PY" -m pip install --quiet "nvidia-cuda-cuobjdump>=13,<14"
 fi
 # In place, so that ninja rebuilds only what changed on later runs.
 echo "setup: building pycomm's extension (log: build/setup.log)"

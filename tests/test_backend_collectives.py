@@ -25,6 +25,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from pycomm.torch_compat import all_gather_single, reduce_scatter_single
 from process_world import reference_group, validating_on_gloo
 from dtypes_under_test import DTYPES
 
@@ -258,7 +259,7 @@ def reduce_scatter_grid(counts):
                                             [x.new_empty(0) for _ in range(world)],
                                             op=reduce_op(op, factor))
                     else:
-                        dist.reduce_scatter_single(out, x, op=reduce_op(op, factor))
+                        reduce_scatter_single(out, x, op=reduce_op(op, factor))
                     c.equal(f"reduce_scatter ({form}) {name} {op} n={count}", out, want)
     return c.out()
 
@@ -327,14 +328,14 @@ def all_gather_grid(counts):
             c.digest(label, *outs)
             # one tensor, concatenated form
             out = garbage_like(want)
-            dist.all_gather_single(out, parts[rank].clone())
+            all_gather_single(out, parts[rank].clone())
             label = f"all_gather_single (concat) {name} n={count}"
             c.equal(label, out, want, bitwise=True)
             c.digest(label, out)
             # one tensor, stacked form: (world, count); documented, but gloo rejects it
             if not validating_on_gloo():
                 out = garbage_like(torch.stack(parts))
-                dist.all_gather_single(out, parts[rank].clone())
+                all_gather_single(out, parts[rank].clone())
                 label = f"all_gather_single (stack) {name} n={count}"
                 c.equal(label, out.reshape(-1), want, bitwise=True)
                 c.digest(label, out)
@@ -479,7 +480,7 @@ def async_case(rounds):
         ar(5, torch.float64, "avg")
         parts = [data_input(("async-ag", rnd), r, (513,), torch.float32) for r in range(world)]
         out = torch.zeros(513 * world)
-        inflight.append(("all_gather_single", dist.all_gather_single(out, parts[rank], async_op=True),
+        inflight.append(("all_gather_single", all_gather_single(out, parts[rank], async_op=True),
                          [out], [torch.cat(parts)]))
         outs = [torch.zeros(513) for _ in range(world)]
         inflight.append(("all_gather", dist.all_gather(outs, parts[rank], async_op=True),
@@ -488,7 +489,7 @@ def async_case(rounds):
                       for r in range(world)]
         rs_out = torch.zeros(4, dtype=torch.int32)
         inflight.append(("reduce_scatter_single",
-                         dist.reduce_scatter_single(rs_out, red_inputs[rank].clone(), async_op=True),
+                         reduce_scatter_single(rs_out, red_inputs[rank].clone(), async_op=True),
                          [rs_out], [reduce_reference(red_inputs, "sum", None, torch.int32, world)
                                     [rank * 4:(rank + 1) * 4]]))
         t = red_inputs[rank].clone()
@@ -572,7 +573,7 @@ def coalesced_case():
             outs = [garbage_like(torch.cat(p)) for p in parts]
             with dist._coalescing_manager(async_ops=async_ops) as cm:
                 for out, p in zip(outs, parts):
-                    dist.all_gather_single(out, p[rank].clone())
+                    all_gather_single(out, p[rank].clone())
             if async_ops:
                 cm.wait()
             for n, out, p in zip(sizes, outs, parts):
@@ -587,7 +588,7 @@ def coalesced_case():
                 outs = [torch.full((n,), 77, dtype=dtype) for n in sizes]
                 with dist._coalescing_manager(async_ops=async_ops) as cm:
                     for out, inp in zip(outs, inputs):
-                        dist.reduce_scatter_single(out, inp[rank].clone(), op=reduce_op(op))
+                        reduce_scatter_single(out, inp[rank].clone(), op=reduce_op(op))
                 if async_ops:
                     cm.wait()
                 for n, out, inp in zip(sizes, outs, inputs):
@@ -723,7 +724,7 @@ def bad_input_case():
                           ValueError, ["avg"], t)
             out = torch.zeros(6, dtype=dtype)
             expect_raises(c, f"reduce_scatter_single AVG {name}",
-                          lambda: dist.reduce_scatter_single(out, t, op=avg), ValueError, ["avg"], t)
+                          lambda: reduce_scatter_single(out, t, op=avg), ValueError, ["avg"], t)
             # PREMUL_SUM on integers: a clear error, or the exact product of the sum
             t = torch.full((5,), rank + 1, dtype=dtype)
 
@@ -793,7 +794,7 @@ def big_case(count):
         del x, want
         n = count // world
         out = torch.full((n * world,), 77, dtype=dtype)
-        dist.all_gather_single(out, pattern(rank, n, 251, 125).to(dtype))
+        all_gather_single(out, pattern(rank, n, 251, 125).to(dtype))
         label = f"all_gather_single 16M {name}"
         for r in range(world):
             c.equal(f"{label}: rank {r}'s part", out[r * n:(r + 1) * n],
@@ -837,7 +838,7 @@ def half_accumulation_case():
                 c.equal(f"reduce root={root} {name}", t, want)
         m = n // world
         out = torch.zeros(m, dtype=dtype)
-        dist.reduce_scatter_single(out, x[:m * world].clone())
+        reduce_scatter_single(out, x[:m * world].clone())
         c.equal(f"reduce_scatter_single {name}", out, want[:m])
         t = x.clone()
         dist.all_reduce(t, op=dist._make_nccl_premul_sum(1.0))
@@ -926,7 +927,7 @@ def subgroups_case(rounds):
                         torch.full((1000,), float(sum(range(world)) * i))))
         if rank in ranks_a:
             out = torch.zeros(2 * len(ranks_a))
-            dist.all_gather_single(out, torch.full((2,), float(rank)), group=ga)
+            all_gather_single(out, torch.full((2,), float(rank)), group=ga)
             c.equal(f"round {i}: A all_gather_single", out,
                     torch.tensor([float(r) for r in ranks_a for _ in range(2)]))
         for label, work, got, want in pending:

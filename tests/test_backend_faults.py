@@ -19,6 +19,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from pycomm.torch_compat import all_gather_single
+
 from conftest import segments_of
 from process_world import TEST_BACKEND, ProcessWorld, validating_on_gloo
 
@@ -86,7 +88,7 @@ def mismatch_calls(kind, rank, odd):
     if kind == "all_gather-count":
         x = torch.ones(6 if me else 5)
         out = torch.zeros(x.numel() * WORLD)
-        return lambda g, a: dist.all_gather_single(out, x, group=g, async_op=a)
+        return lambda g, a: all_gather_single(out, x, group=g, async_op=a)
     raise ValueError(kind)
 
 
@@ -144,6 +146,25 @@ def test_mismatch_raises_on_every_rank(fault_world, kind, use_async):
 
 
 # ---------------------------------------------------------------------------
+# A new timeout: every rank's waits share the deadline agreed at set-up, so
+# ProcessGroup.set_timeout keeps it and warns on stderr (TORCH_WARN), where
+# c10d's default raises up to torch 2.13.
+
+def set_timeout_case():
+    group = backend_group(timeout=datetime.timedelta(seconds=60))
+    raised = outcome(lambda: group.set_timeout(datetime.timedelta(seconds=7)))
+    t = torch.full((4,), float(dist.get_rank()))
+    dist.all_reduce(t, group=group)
+    return raised[:2], t.tolist()
+
+
+def test_set_timeout_keeps_the_group_working(fault_world):
+    for rank, (raised, values) in enumerate(fault_world().run(set_timeout_case, timeout=60)):
+        assert raised == (None, ""), f"rank {rank}: set_timeout raised {raised}"
+        assert values == [float(sum(range(WORLD)))] * 4, f"rank {rank}: {values}"
+
+
+# ---------------------------------------------------------------------------
 # A stalled rank.
 
 STALL_TIMEOUT = 1.0
@@ -167,6 +188,11 @@ def stall_case(how, use_async):
             os.environ["PYCOMM_TIMEOUT"] = saved
     t = torch.ones(1000)
     warm = outcome(lambda: dist.all_reduce(t, group=group))  # the group works
+    # c10d's view of the backend's health: Backend.get_error, bound in Python
+    # from torch 2.14 on (before, only c10d's C++ calls it).
+    backend = group._get_backend(torch.device("cpu"))
+    health = (lambda: backend.get_error().name) if hasattr(backend, "get_error") else (lambda: None)
+    healthy = health()
     dist.barrier()  # (the default group) start together
     if rank == 2:
         time.sleep(STALL_TIMEOUT + SLACK + 2.0)
@@ -174,7 +200,7 @@ def stall_case(how, use_async):
         result = outcome(lambda: dist.all_reduce(t, group=group, async_op=True).wait())
     else:
         result = outcome(lambda: dist.all_reduce(t, group=group))
-    return warm, result
+    return warm, result, (healthy, health())
 
 
 @pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
@@ -182,8 +208,11 @@ def stall_case(how, use_async):
 def test_stalled_rank_times_out(fault_world, how, use_async):
     world = fault_world()
     results = world.run(stall_case, how, use_async, timeout=180)
-    for rank, (warm, (exc, msg, seconds)) in enumerate(results):
+    for rank, (warm, (exc, msg, seconds), errors) in enumerate(results):
         assert warm[0] is None, f"rank {rank}: the group failed before the stall: {warm}"
+        bound = hasattr(torch._C._distributed_c10d.Backend, "get_error")
+        assert errors == (("SUCCESS", "COMM_ERROR") if bound else (None, None)), \
+            f"rank {rank}: get_error before and after the stall: {errors}"
         if rank == 2:
             # The late rank must not hang: its peers have given up.
             assert exc is not None and exc.startswith(("Comm", "CollectiveMismatch")), \

@@ -44,10 +44,17 @@ struct CudaAllReduceArgs {
   uint64_t epoch_base;   // advance by epochs_used(args) after each launch (signal_protocol.h)
   uint64_t timeout_ns;   // bound of every wait inside the kernel
   DeviceStatus* status;  // this rank's, host-mapped; device pointer
-  int blocks;            // 1 .. kMaxBlocks; 0: default_blocks()
+  int blocks;            // 1 .. max_blocks_per_rank(world, sm_count); 0: the default (blocks_of)
+  // The SMs of the GPU the ranks may share (cudaDevAttrMultiProcessorCount;
+  // the fewest among the ranks' GPUs, so that it is the same on every rank);
+  // 0: unknown, no limit but kMaxBlocks.
+  int sm_count;
 };
 
 constexpr unsigned kAllReduceThreads = 512;
+// The kernels' launch bounds keep them within 64 registers a thread, so that
+// this many blocks of kAllReduceThreads fit on an SM.
+constexpr int kMinBlocksPerSM = 2;
 
 // Defaults, untuned until measured on a GPU (bench/threads_all_reduce_bench.cu).
 // One-shot has one barrier before its reads but reads world - 1 peers' whole
@@ -66,8 +73,32 @@ inline int default_blocks(CudaAlgorithm, size_t bytes) {
   return b < 1 ? 1 : (b > 32 ? 32 : int(b));
 }
 
+// The most blocks a rank may launch so that every rank's blocks can be
+// resident on the GPU at once. A block spins on its peers' flags: when ranks
+// share a GPU (threads of one process with a stream each, or processes under
+// MPS) and the spinning blocks of some ranks fill the SMs, a peer's block
+// waiting to be scheduled runs only once they give up, at their timeout. The
+// sum over ranks is kept within the SM count: one block an SM, half of what
+// the launch bounds fit (kMinBlocksPerSM), leaving the other half to what
+// runs beside them (the training's kernels, other MPS clients). A margin, not
+// a guarantee: kernels that fill every SM can delay the ranks' blocks, though
+// not for ever, since those kernels end. Every rank is assumed to share one
+// GPU (the worst case), so ranks on GPUs of their own are held to the same
+// count. At least one block a rank; sm_count 0 (unknown): kMaxBlocks.
+inline int max_blocks_per_rank(int world, int sm_count) {
+  if (sm_count <= 0 || world < 1) return kMaxBlocks;
+  const int fit = sm_count / world;
+  return fit < 1 ? 1 : (fit > kMaxBlocks ? kMaxBlocks : fit);
+}
+
+// The blocks a launch really uses: a.blocks, or the default for its size
+// within max_blocks_per_rank. epochs_used, check_args and the launcher all
+// take it from here, so they agree, and it is the same on every rank.
 inline int blocks_of(const CudaAllReduceArgs& a) {
-  return a.blocks > 0 ? a.blocks : default_blocks(a.algorithm, a.count * core::dtype_size(a.dtype));
+  if (a.blocks > 0) return a.blocks;
+  const int by_size = default_blocks(a.algorithm, a.count * core::dtype_size(a.dtype));
+  const int most = max_blocks_per_rank(a.world, a.sm_count);
+  return by_size < most ? by_size : most;
 }
 
 inline size_t signal_pad_bytes() { return sizeof(SignalPad); }
@@ -105,8 +136,13 @@ inline uint64_t epochs_used(const CudaAllReduceArgs& a) {
 inline const char* check_args(const CudaAllReduceArgs& a) {
   if (a.world < 1 || a.world > kMaxRanks) return "world must be 1..8";
   if (a.rank < 0 || a.rank >= a.world) return "rank must be in [0, world)";
+  if (a.sm_count < 0) return "sm_count must be >= 0 (0: unknown)";
   const int blocks = blocks_of(a);
   if (blocks < 1 || blocks > kMaxBlocks) return "blocks must be 1..64 (0: default)";
+  // Rejected rather than clamped: the caller asked for this many.
+  if (blocks > max_blocks_per_rank(a.world, a.sm_count))
+    return "blocks x world exceeds sm_count: every rank's blocks must be resident on the GPU at once "
+           "(at most max_blocks_per_rank(world, sm_count) a rank; 0 picks a count that fits)";
   const size_t elem = core::dtype_size(a.dtype);
   if (elem == 0) return "unsupported dtype";
   if (uint32_t(a.op) < uint32_t(core::ReduceOp::kSum) || uint32_t(a.op) > uint32_t(core::ReduceOp::kProduct))

@@ -31,6 +31,12 @@ constexpr size_t kVectorBytes = 16;
 // reads the left neighbour's slot and fills its own, and with one slot every
 // rank would wait for its right neighbour to free it, around the ring.
 constexpr int kRingSlots = 4;
+// The most elements one element loop covers: for_each_pack (all_reduce_elements.h)
+// counts in 32 bits, which leaves registers to the loops' data. Every region
+// and slot is capped at this many bytes (a staging buffer larger than blocks x
+// this leaves the rest unused), so no loop over their elements exceeds it;
+// copy_alone cuts a block's share into passes of at most this many.
+constexpr size_t kMaxLoopElems = size_t(1) << 30;
 
 struct ElemRange {
   size_t begin;
@@ -62,7 +68,7 @@ PYCOMM_HD ElemRange split_aligned(ElemRange whole, int parts, int part, size_t a
 // bytes [b * region, (b + 1) * region) of every staging buffer, through which
 // it moves its share piece by piece.
 PYCOMM_HD size_t block_region_bytes(size_t buffer_bytes, int blocks) {
-  return buffer_bytes / size_t(blocks) / kVectorBytes * kVectorBytes;
+  return min_size(buffer_bytes / size_t(blocks), kMaxLoopElems) / kVectorBytes * kVectorBytes;
 }
 
 PYCOMM_HD ElemRange block_share(size_t count, int blocks, int block, size_t align) {
@@ -102,7 +108,8 @@ struct RingLayout {
 };
 
 PYCOMM_HD RingLayout ring_layout(size_t buffer_bytes, int blocks, size_t elem_size, size_t accum_size) {
-  const size_t slot_bytes = buffer_bytes / (size_t(kRingSlots) * size_t(blocks)) / kVectorBytes * kVectorBytes;
+  const size_t slot_bytes =
+      min_size(buffer_bytes / (size_t(kRingSlots) * size_t(blocks)), kMaxLoopElems) / kVectorBytes * kVectorBytes;
   const size_t align = vector_elems(elem_size);
   return RingLayout{slot_bytes, slot_bytes / accum_size / align * align};
 }

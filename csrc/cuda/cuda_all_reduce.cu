@@ -14,13 +14,14 @@ __device__ __forceinline__ Lanes device_lanes() {
   return Lanes{threadIdx.x, blockDim.x, int(blockIdx.x), int(gridDim.x)};
 }
 
-// At most 64 registers a thread, so two blocks fit on an SM: every rank's
-// blocks must be resident at once (they wait for each other), e.g. 8 ranks x
-// 32 blocks on one H100 in the threads benchmark.
-constexpr int kMinBlocksPerSM = 2;
-
+// Launch bounds: at most 64 registers a thread, so kMinBlocksPerSM (2) blocks
+// fit on an SM. Every rank's blocks must be resident at once (they wait for
+// each other); max_blocks_per_rank (all_reduce_args.h) keeps launches within it.
+//
 // __grid_constant__: the arguments (about 200 bytes, the peers' pointers
-// among them) are read in place from the parameter space, not copied per thread.
+// among them) are read in place from the parameter space, not copied per
+// thread. The bodies rely on it: PeerRegions indexes the peers' pointers there
+// by rank at run time, which needs no local memory (no stack frame).
 template <class T, class R>
 __global__ void __launch_bounds__(kAllReduceThreads, kMinBlocksPerSM) one_shot_kernel(const __grid_constant__ CudaAllReduceArgs a) {
   one_shot_all_reduce<T, R, DeviceBlockSync>(a, device_lanes());

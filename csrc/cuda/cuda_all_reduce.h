@@ -18,7 +18,9 @@
 //   3. epoch_base += epochs_used(args).
 // Inputs larger than the staging buffer are reduced in pieces inside one
 // launch. input may equal output. All ranks' kernels must be able to run at
-// the same time (they wait for each other): at most kMaxBlocks blocks each.
+// the same time (they wait for each other): pass the GPU's SM count in
+// sm_count, and the default block count keeps every rank's blocks resident
+// at once (max_blocks_per_rank; an explicit count beyond it is rejected).
 // After the stream has run the launch, status->code != 0 means it timed out
 // waiting for status->peer; the results are then undefined and the
 // communicator must not launch again.

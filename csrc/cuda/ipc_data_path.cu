@@ -18,6 +18,7 @@ struct Published {
   int32_t failed = 0;  // this rank's step failed; `message` says why
   int32_t pid = 0;
   int32_t device = 0;
+  int32_t sm_count = 0;  // of `device`
   cudaIpcMemHandle_t buffer_handle{};
   cudaIpcMemHandle_t pad_handle{};
   uint64_t buffer_ptr = 0;  // how a peer in the same process addresses them
@@ -88,8 +89,10 @@ IpcDataPath::IpcDataPath(core::Session& session, core::ShmDataPath& host_path, i
     Published mine;
     mine.pid = int32_t(getpid());
     mine.device = device;
-    cudaError_t err = cudaMalloc(&own_buffer_, buffer_bytes);
+    cudaError_t err = cudaDeviceGetAttribute(&mine.sm_count, cudaDevAttrMultiProcessorCount, device);
     if (err != cudaSuccess) {
+      fail_into(mine, "cudaDeviceGetAttribute(cudaDevAttrMultiProcessorCount)", err);
+    } else if ((err = cudaMalloc(&own_buffer_, buffer_bytes)) != cudaSuccess) {
       own_buffer_ = nullptr;
       fail_into(mine, "cudaMalloc of the staging buffer", err);
     } else if ((err = cudaMalloc(&own_pad_, pad_bytes)) != cudaSuccess) {
@@ -105,6 +108,10 @@ IpcDataPath::IpcDataPath(core::Session& session, core::ShmDataPath& host_path, i
     mine.buffer_ptr = reinterpret_cast<uint64_t>(own_buffer_);
     mine.pad_ptr = reinterpret_cast<uint64_t>(own_pad_);
     const std::vector<Published> peers = exchange(session, host_path, mine, fp);
+    // The kernels' default block count depends on it and must be the same on
+    // every rank, whichever GPU each has.
+    sm_count_ = peers[0].sm_count;
+    for (const Published& p : peers) sm_count_ = p.sm_count < sm_count_ ? p.sm_count : sm_count_;
 
     // Step 2: map every peer's buffer and pad.
     Published mapped;

@@ -40,6 +40,9 @@ class IpcDataPath {
 
   int device() const { return device_; }
   size_t buffer_bytes() const { return buffer_bytes_; }
+  // The fewest SMs among the ranks' GPUs (exchanged at set-up): the same on
+  // every rank, as CudaAllReduceArgs::sm_count must be.
+  int sm_count() const { return sm_count_; }
   // Rank r's staging buffer and signal pad, as this process addresses them.
   void* buffer(int r) const { return buffers_[size_t(r)]; }
   void* pad(int r) const { return pads_[size_t(r)]; }
@@ -50,6 +53,7 @@ class IpcDataPath {
   int rank_;
   int device_;
   size_t buffer_bytes_;
+  int sm_count_ = 0;
   void* own_buffer_ = nullptr;
   void* own_pad_ = nullptr;
   std::vector<void*> buffers_;

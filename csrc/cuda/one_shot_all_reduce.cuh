@@ -29,18 +29,20 @@ PYCOMM_HD void copy_alone(const CudaAllReduceArgs& a, const Lanes& l) {
   T* out = static_cast<T*>(a.output);
   if (in == out) return;
   const ElemRange mine = block_share(a.count, l.blocks, l.block, kVectorWidth<T>);
-  copy_elements(l, out + mine.begin, static_cast<T*>(nullptr), in + mine.begin, mine.size(),
-                is_vector_aligned(in) && is_vector_aligned(out));
+  const bool vector_ok = is_vector_aligned(in) && is_vector_aligned(out);
+  // In passes of kMaxLoopElems (a multiple of the vector width: each stays aligned).
+  for (size_t begin = mine.begin; begin < mine.end; begin += kMaxLoopElems) {
+    copy_elements(l, out + begin, static_cast<T*>(nullptr), in + begin, min_size(mine.end - begin, kMaxLoopElems),
+                  vector_ok);
+  }
 }
 
 // Region b of every rank's staging buffer, as block b of this rank addresses
-// it (the one-shot and the two-shot give each block a fixed region).
+// it (the one-shot and the two-shot give each block a fixed region). `a` must
+// be the launch's own arguments (the kernel's parameter), not a copy.
 template <class T>
-PYCOMM_HD void staged_regions(const CudaAllReduceArgs& a, const Lanes& l, size_t region,
-                              const T* (&staged)[kMaxRanks]) {
-  for (int p = 0; p < a.world; ++p) {
-    staged[p] = reinterpret_cast<const T*>(static_cast<const char*>(a.peers.buffers[p]) + size_t(l.block) * region);
-  }
+PYCOMM_HD PeerRegions<T> staged_regions(const CudaAllReduceArgs& a, const Lanes& l, size_t region) {
+  return PeerRegions<T>{a.peers.buffers, size_t(l.block) * region};
 }
 
 // Block b's barriers of one launch, in order: epochs epoch_base + 1, + 2, ...
@@ -48,20 +50,23 @@ PYCOMM_HD void staged_regions(const CudaAllReduceArgs& a, const Lanes& l, size_t
 template <class Sync>
 class LaunchBarriers {
  public:
-  PYCOMM_HD LaunchBarriers(const CudaAllReduceArgs& a, const Lanes& l)
-      : a_(a), l_(l), waiter_{a.status, a.timeout_ns, l.block}, epoch_(a.epoch_base) {}
+  PYCOMM_HD LaunchBarriers(const CudaAllReduceArgs& a, const Lanes& l) : a_(a), l_(l), epoch_(a.epoch_base) {}
   // False when a peer did not arrive in time.
   PYCOMM_HD bool next() {
     ++epoch_;
+    // The Waiter is built here from the arguments, not kept as a member: a
+    // copy held across the element loops took five registers for the
+    // kernel's whole life, and at the 64-register cap the two-shot spilled
+    // in its inner loops for them.
     return block_signal<Sync>(l_, [&] {
-      return block_barrier(a_.peers.pads, a_.rank, a_.world, l_.block, epoch_, waiter_);
+      return block_barrier(a_.peers.pads, a_.rank, a_.world, l_.block, epoch_,
+                           Waiter{a_.status, a_.timeout_ns, l_.block});
     });
   }
 
  private:
   const CudaAllReduceArgs& a_;
   const Lanes& l_;
-  Waiter waiter_;
   uint64_t epoch_;
 };
 
@@ -78,8 +83,7 @@ PYCOMM_HD bool one_shot_all_reduce(const CudaAllReduceArgs& a, const Lanes& l) {
   const size_t region = block_region_bytes(a.peers.buffer_bytes, l.blocks);
   const size_t piece = one_shot_piece_elems(region, sizeof(T));
   const ElemRange share = block_share(a.count, l.blocks, l.block, kVectorWidth<T>);
-  const T* staged[kMaxRanks];
-  staged_regions(a, l, region, staged);
+  const PeerRegions<T> staged = staged_regions<T>(a, l, region);
   T* const my_staged = const_cast<T*>(staged[a.rank]);
   LaunchBarriers<Sync> barriers(a, l);
   for (size_t begin = share.begin; begin < share.end; begin += piece) {

@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "host_device.h"
+
 namespace pycomm::cuda {
 
 constexpr int kMaxRanks = 8;
@@ -61,6 +63,25 @@ struct PeerMemory {
   void* buffers[kMaxRanks];   // staging buffers, 16-byte aligned, buffer_bytes each
   SignalPad* pads[kMaxRanks];
   size_t buffer_bytes;        // the same on every rank
+};
+
+// The same place in every rank's staging buffer: rank p's copy starts
+// `offset_bytes` into buffers[p]. It keeps a pointer to the launch's
+// PeerMemory and reads buffers[p] at each use rather than gathering the
+// ranks' pointers into an array: on the GPU that PeerMemory lies in the
+// kernel's parameter space (a __grid_constant__ argument), which a run-time
+// rank index reads in place (ld.param, a constant-cache hit), while an array
+// indexed at run time would live in local memory, a stack frame read in the
+// reduction's innermost loop.
+template <class T>
+struct PeerRegions {
+  void* const* buffers;  // PeerMemory::buffers of the launch's own arguments, not a copy of it
+  size_t offset_bytes;
+  PYCOMM_HD const T* operator[](int rank) const {
+    return reinterpret_cast<const T*>(static_cast<const char*>(buffers[rank]) + offset_bytes);
+  }
+  // The same regions, `elems` elements further in.
+  PYCOMM_HD PeerRegions advanced(size_t elems) const { return {buffers, offset_bytes + elems * sizeof(T)}; }
 };
 
 }  // namespace pycomm::cuda

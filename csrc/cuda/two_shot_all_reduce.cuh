@@ -43,8 +43,7 @@ PYCOMM_HD bool two_shot_all_reduce(const CudaAllReduceArgs& a, const Lanes& l) {
   const size_t region = block_region_bytes(a.peers.buffer_bytes, l.blocks);
   const TwoShotLayout layout = two_shot_layout(region, sizeof(T), a.world);
   const ElemRange share = block_share(a.count, l.blocks, l.block, align);
-  const T* staged[kMaxRanks];
-  staged_regions(a, l, region, staged);
+  const PeerRegions<T> staged = staged_regions<T>(a, l, region);
   T* const my_staged = const_cast<T*>(staged[a.rank]);
   LaunchBarriers<Sync> barriers(a, l);
   for (size_t begin = share.begin; begin < share.end; begin += layout.piece_elems) {
@@ -52,10 +51,8 @@ PYCOMM_HD bool two_shot_all_reduce(const CudaAllReduceArgs& a, const Lanes& l) {
     copy_elements(l, my_staged, static_cast<T*>(nullptr), in + piece.begin, piece.size(), vector_ok);
     if (!barriers.next()) return false;
     const ElemRange mine = split_aligned(piece, a.world, a.rank, align);
-    const T* srcs[kMaxRanks];
-    for (int p = 0; p < a.world; ++p) srcs[p] = staged[p] + (mine.begin - piece.begin);
-    reduce_sources<T, R>(l, out + mine.begin, my_staged + layout.result_offset, srcs, a.world, mine.size(), a.world,
-                         vector_ok);
+    reduce_sources<T, R>(l, out + mine.begin, my_staged + layout.result_offset,
+                         staged.advanced(mine.begin - piece.begin), a.world, mine.size(), a.world, vector_ok);
     if (!barriers.next()) return false;
     for (int c = 0; c < a.world; ++c) {
       if (c == a.rank) continue;

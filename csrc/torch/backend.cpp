@@ -5,6 +5,7 @@
 #include "cuda_path.h"
 #include "dtype_map.h"
 #include "tensor_checks.h"
+#include "torch_compat.h"
 
 namespace pycomm {
 namespace {
@@ -62,7 +63,7 @@ bool any_cuda(const std::vector<std::vector<at::Tensor>>& lists) {
 bool reduction_of(const c10d::ReduceOp& op, Reduction* r) {
   if (!to_core_op(op, &r->op, &r->premul)) return false;
   if (r->premul) {
-    auto* s = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
+    auto* s = dynamic_cast<PreMulSumSupplement*>(op.supplement_.get());
     TORCH_CHECK_VALUE(s != nullptr, "op: premul_sum without its factor");
     r->factor = s->tensor_factor.defined() ? s->tensor_factor.item<double>() : s->double_factor;
   }
@@ -82,6 +83,18 @@ void Backend::shutdown() {
   // What was queued still runs: the peers run their side of it too.
   comm_->flush();
   comm_->close();
+}
+
+c10d::ErrorType Backend::getError() {
+  return comm_->broken() ? c10d::ErrorType::COMM_ERROR : c10d::ErrorType::SUCCESS;
+}
+
+void Backend::setTimeout(std::chrono::milliseconds timeout) {
+  // Every rank's waits share one deadline, fixed when the communicator set up
+  // (pycomm.init(timeout=...), PYCOMM_TIMEOUT, or the group's timeout): one
+  // rank cannot move it alone.
+  TORCH_WARN("pycomm: setTimeout(", timeout.count(), " ms) is ignored; this group keeps the ",
+             comm_->config().wait.timeout_s, " s timeout it was created with");
 }
 
 void Backend::abort() { comm_->abort("rank " + std::to_string(getRank()) + " aborted the process group"); }

@@ -95,6 +95,10 @@ class Backend : public c10d::Backend {
   // broken for every rank first, so no peer waits for this one.
   void shutdown() override;
   void abort() override;
+  // COMM_ERROR once the session is broken (a timeout, a dead peer, an abort).
+  c10d::ErrorType getError() override;
+  // Warns and keeps the timeout: it is agreed by every rank at set-up.
+  void setTimeout(std::chrono::milliseconds timeout) override;
 
   const std::shared_ptr<Communicator>& communicator() const { return comm_; }
 

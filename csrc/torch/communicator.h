@@ -137,6 +137,8 @@ class Communicator {
   int world() const { return session_->world(); }
   const std::string& name() const { return session_->name(); }
   const core::CommConfig& config() const { return config_; }
+  // The session was aborted or failed: every later collective raises.
+  bool broken() const { return session_->aborted(); }
   // Only a collective's body (which holds busy_) may use it.
   std::unique_ptr<CudaPath, CudaPathDelete>& cuda_path() { return cuda_path_; }
 

@@ -138,6 +138,7 @@ class CudaPath {
     k.timeout_ns = session.remaining_ns();
     k.status = status_device_;
     k.blocks = 0;  // the kernels' default for the size
+    k.sm_count = memory_.sm_count();  // the same on every rank: keeps all ranks' blocks resident at once
     if (const char* bad = cuda::check_args(k)) {
       throw core::InvalidArgument(std::string("all_reduce (cuda): ") + bad);
     }

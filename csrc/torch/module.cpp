@@ -13,6 +13,7 @@
 #include "../core/errors.h"
 #include "../core/transport/shm_segment.h"
 #include "../core/tuning.h"
+#include "../cuda/all_reduce_args.h"
 #include "backend.h"
 #include "communicator.h"
 #include "cuda_path.h"
@@ -266,4 +267,11 @@ PYBIND11_MODULE(_C, m) {
         "Unlinks pycomm segments whose creating process no longer runs.");
   m.def("shm_dir", &core::shm_dir);
   m.def("cuda_built", &cuda_built, "Whether the CUDA sources were compiled in.");
+  // The CUDA all-reduce's launch shape, for tests/test_cuda_codegen.py to
+  // check against the compiled kernels' resources (plain C++: any build).
+  m.def("cuda_all_reduce_threads", [] { return int(cuda::kAllReduceThreads); },
+        "Threads of a CUDA all-reduce block.");
+  m.def("cuda_max_blocks_per_rank", &cuda::max_blocks_per_rank, py::arg("world"), py::arg("sm_count"),
+        "The most blocks a rank's CUDA all-reduce launches, so that every rank's blocks are "
+        "resident at once on a GPU of sm_count SMs.");
 }

@@ -13,6 +13,7 @@ import torch
 import torch.distributed as dist
 
 import pycomm  # noqa: F401  (registers the "pycomm" backend)
+from pycomm.torch_compat import all_gather_single, reduce_scatter_single
 
 
 def main():
@@ -39,11 +40,11 @@ def main():
     expect("broadcast", t, torch.full((300,), float(world - 1), dtype=torch.bfloat16))
 
     out = torch.zeros(5 * world)
-    dist.all_gather_single(out, torch.full((5,), float(rank)))
+    all_gather_single(out, torch.full((5,), float(rank)))
     expect("all_gather_single", out, torch.arange(world, dtype=torch.float32).repeat_interleave(5))
 
     out = torch.zeros(4)
-    dist.reduce_scatter_single(out, torch.arange(4 * world, dtype=torch.float32))
+    reduce_scatter_single(out, torch.arange(4 * world, dtype=torch.float32))
     expect("reduce_scatter_single", out,
            world * torch.arange(4 * rank, 4 * rank + 4, dtype=torch.float32))
 

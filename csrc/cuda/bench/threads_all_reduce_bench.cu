@@ -5,7 +5,8 @@
 // process). float32 sum, sizes doubling from --min-bytes to --max-bytes.
 //
 //   threads_all_reduce_bench --ranks 2 --min-bytes 8 --max-bytes 256M --iters 50 --json out.json
-//   options: --warmup N, --blocks N (0: the launcher's default), --buffer-bytes 64M,
+//   options: --warmup N, --blocks N (0: the launcher's default; at most SMs / ranks, so
+//            that all ranks' blocks are resident at once), --buffer-bytes 64M,
 //            --algorithms one_shot,two_shot,ring, --timeout-ms 10000
 //
 // Time: per iteration, the slowest rank's time between the events recorded
@@ -265,6 +266,17 @@ int main(int argc, char** argv) {
   CUDA_CHECK(cudaSetDevice(0));
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  // All ranks share this GPU: the launcher keeps their blocks within its SMs.
+  int sm_count = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, 0));
+  const int most_blocks = pycomm::cuda::max_blocks_per_rank(o.ranks, sm_count);
+  if (o.blocks > most_blocks) {
+    std::fprintf(stderr,
+                 "threads_all_reduce_bench: --blocks %d: %d ranks on %d SMs fit at most %d blocks a rank "
+                 "resident at once\n",
+                 o.blocks, o.ranks, sm_count, most_blocks);
+    return 1;
+  }
   const size_t max_count = o.max_bytes / sizeof(float);
 
   std::vector<Rank> ranks(size_t(o.ranks));
@@ -296,6 +308,9 @@ int main(int argc, char** argv) {
               prop.name, o.ranks, o.iters);
   std::printf("# latency floor: empty kernel launch + sync %.2f us; floor_us = ranks x D2D memcpy of the bytes\n",
               launch_us);
+  std::printf("# %d SMs: at most %d blocks a rank keep %d ranks' blocks resident at once; blocks per rank (blks): "
+              "%s\n",
+              sm_count, most_blocks, o.ranks, o.blocks > 0 ? "--blocks" : "the launcher's default for the size");
   std::printf("%12s %12s %8s %5s %10s %9s %10s %10s %7s %10s %10s %8s\n", "size", "count", "algo", "blks", "dtype_op",
               "time(us)", "algbw", "busbw", "#wrong", "floor(us)", "ceil_bus", "vs_floor");
 
@@ -316,6 +331,7 @@ int main(int argc, char** argv) {
       proto.algorithm = alg;
       proto.timeout_ns = o.timeout_ms * 1000000ull;
       proto.blocks = o.blocks;
+      proto.sm_count = sm_count;
       std::vector<unsigned long long> wrong(size_t(o.ranks), 0);
       on_every_rank(o.ranks, [&](int r) {
         Rank& k = ranks[size_t(r)];
@@ -371,7 +387,7 @@ int main(int argc, char** argv) {
       row.bytes = real_bytes;
       row.count = count;
       row.algorithm = pycomm::cuda::cuda_algorithm_name(alg);
-      row.blocks = o.blocks > 0 ? o.blocks : pycomm::cuda::default_blocks(alg, real_bytes);
+      row.blocks = pycomm::cuda::blocks_of(proto);  // what every rank launched
       row.time_us = median(slowest);
       row.algbw = real_bytes / row.time_us / 1e3;  // GB/s
       row.busbw = row.algbw * bus_factor;

@@ -109,7 +109,7 @@ void store_value(DType t, void* p, size_t i, int v) {
 struct Case {
   CudaAlgorithm algorithm;
   int world;
-  int blocks;
+  int blocks;  // 0: the launcher's default (blocks_of), within sm_count's limit
   DType dtype;
   ReduceOp op;
   size_t count;
@@ -123,6 +123,7 @@ struct Case {
   // with another block count gives blocks other staging regions, which is safe
   // only because no peer reads a rank's staging once its launch has ended.
   bool mixed = false;
+  int sm_count = 0;
 };
 
 struct Launch {
@@ -156,12 +157,13 @@ void report(const Case& c, const char* what) {
 // (under TSan) with any peer still reading it.
 void scribble_own_staging(const CudaAllReduceArgs& a, int block) {
   unsigned char* buffer = static_cast<unsigned char*>(a.peers.buffers[a.rank]);
+  const int blocks = cuda::blocks_of(a);
   if (a.algorithm == CudaAlgorithm::kRing) {
-    const size_t slot = cuda::ring_layout(a.peers.buffer_bytes, a.blocks, core::dtype_size(a.dtype),
+    const size_t slot = cuda::ring_layout(a.peers.buffer_bytes, blocks, core::dtype_size(a.dtype),
                                           core::accum_size(a.dtype)).slot_bytes;
-    for (int s = 0; s < cuda::kRingSlots; ++s) std::memset(buffer + (size_t(s) * size_t(a.blocks) + size_t(block)) * slot, 0xff, slot);
+    for (int s = 0; s < cuda::kRingSlots; ++s) std::memset(buffer + (size_t(s) * size_t(blocks) + size_t(block)) * slot, 0xff, slot);
   } else {
-    const size_t region = cuda::block_region_bytes(a.peers.buffer_bytes, a.blocks);
+    const size_t region = cuda::block_region_bytes(a.peers.buffer_bytes, blocks);
     std::memset(buffer + size_t(block) * region, 0xff, region);
   }
 }
@@ -173,11 +175,7 @@ void run_case(const Case& c) {
   const size_t elem = core::dtype_size(c.dtype);
   const size_t offset = c.unaligned ? elem : 0;
   size_t most_count = 0;
-  int most_blocks = 0;
-  for (const Launch& l : launches) {
-    most_count = std::max(most_count, l.count);
-    most_blocks = std::max(most_blocks, l.blocks);
-  }
+  for (const Launch& l : launches) most_count = std::max(most_count, l.count);
   const size_t lines = (most_count * elem + offset) / sizeof(Line) + 1;
   HostRanks host(c.world, c.buffer_bytes);
   auto fresh = [&] { return std::unique_ptr<Line[]>(new Line[lines]()); };
@@ -205,16 +203,21 @@ void run_case(const Case& c) {
   proto.op = c.op;
   proto.timeout_ns = kPatientNs;
   proto.status = &host.status[0];
+  proto.sm_count = c.sm_count;
   auto args_of = [&](CudaAllReduceArgs a, const Launch& l) {
     a.algorithm = l.algorithm;
     a.blocks = l.blocks;
     a.count = l.count;
     return a;
   };
+  // The blocks each launch runs are the launcher's: blocks_of (a.blocks
+  // itself unless it is 0), while epochs_used sees the arguments as given.
+  int most_blocks = 0;
   for (const Launch& l : launches) {
     CudaAllReduceArgs a = args_of(proto, l);
     a.input = a.output = &host;
     CHECK(cuda::check_args(a) == nullptr);
+    most_blocks = std::max(most_blocks, cuda::blocks_of(a));
   }
 
   std::vector<std::unique_ptr<std::barrier<>>> launch_ends;
@@ -231,11 +234,12 @@ void run_case(const Case& c) {
           a = args_of(a, launches[it]);
           a.input = at(input[it][size_t(r)]);
           a.output = out_of(it, r);
-          if (b < a.blocks && !run_block(a, Lanes{0, 1, b, a.blocks})) ++failed_blocks;
+          const int blocks = cuda::blocks_of(a);
+          if (b < blocks && !run_block(a, Lanes{0, 1, b, blocks})) ++failed_blocks;
           if (c.mixed) launch_ends[size_t(r)]->arrive_and_wait();
           a.epoch_base += cuda::epochs_used(a);
         }
-        if (b < a.blocks) scribble_own_staging(a, b);
+        if (b < cuda::blocks_of(a)) scribble_own_staging(a, b);
       });
     }
   }
@@ -315,6 +319,23 @@ TEST(two_shot_layout_fits_the_buffer) {
   }
 }
 
+// for_each_pack counts in 32 bits: no region or slot, however large the
+// staging buffer, holds more than kMaxLoopElems elements.
+TEST(regions_and_slots_fit_32_bit_loops) {
+  for (size_t bytes : {size_t(2048), size_t(1) << 30, size_t(3) << 30, size_t(64) << 30}) {
+    for (int blocks : {1, 2, 64}) {
+      const size_t region = cuda::block_region_bytes(bytes, blocks);
+      CHECK(region <= cuda::kMaxLoopElems && region % cuda::kVectorBytes == 0);
+      CHECK(region * size_t(blocks) <= bytes);
+      const cuda::RingLayout ring = cuda::ring_layout(bytes, blocks, 1, 1);
+      CHECK(ring.slot_bytes <= cuda::kMaxLoopElems && ring.sub_elems <= cuda::kMaxLoopElems);
+      CHECK(ring.slot_bytes * size_t(cuda::kRingSlots) * size_t(blocks) <= bytes);
+    }
+  }
+  CHECK_EQ(cuda::block_region_bytes(size_t(64) << 30, 1), cuda::kMaxLoopElems);
+  CHECK_EQ(cuda::block_region_bytes(size_t(1) << 20, 4), size_t(1) << 18);  // below the cap: unchanged
+}
+
 TEST(check_args_rejects) {
   HostRanks host(2, 1024);
   CudaAllReduceArgs a{};
@@ -339,6 +360,77 @@ TEST(check_args_rejects) {
   a.blocks = 4;
   a.peers.buffers[1] = static_cast<char*>(a.peers.buffers[1]) + 4;
   CHECK(cuda::check_args(a) != nullptr);
+}
+
+// All ranks' blocks must fit on the GPU at once: the sum over ranks stays
+// within the SM count (an H200 has 132), at least one block a rank, kMaxBlocks
+// at most; unknown (0) leaves only kMaxBlocks.
+TEST(max_blocks_per_rank_keeps_ranks_resident) {
+  CHECK_EQ(cuda::max_blocks_per_rank(2, 132), 64);
+  CHECK_EQ(cuda::max_blocks_per_rank(3, 132), 44);
+  CHECK_EQ(cuda::max_blocks_per_rank(8, 132), 16);
+  CHECK_EQ(cuda::max_blocks_per_rank(8, 4), 1);
+  for (int world = 1; world <= cuda::kMaxRanks; ++world) {
+    CHECK_EQ(cuda::max_blocks_per_rank(world, 0), cuda::kMaxBlocks);
+    for (int sms : {1, 7, 8, 46, 108, 132, 144, 1000}) {
+      const int most = cuda::max_blocks_per_rank(world, sms);
+      CHECK(most >= 1 && most <= cuda::kMaxBlocks);
+      if (sms >= world) CHECK(most * world <= sms);
+      // The largest such count: one more block a rank would overfill the SMs.
+      if (most < cuda::kMaxBlocks && sms >= world) CHECK((most + 1) * world > sms);
+    }
+  }
+}
+
+// The default block count keeps within the limit, an explicit one beyond it is
+// rejected, and epochs_used counts the blocks the launch really runs.
+TEST(blocks_of_respects_sm_count) {
+  HostRanks host(8, size_t(1) << 20);
+  CudaAllReduceArgs a{};
+  a.world = 8;
+  a.peers = host.peers;
+  a.input = a.output = &host;
+  a.count = size_t(16) << 20;  // 64 MiB of float: the size alone asks for 32 blocks
+  a.dtype = DType::kFloat32;
+  a.op = ReduceOp::kSum;
+  a.timeout_ns = 1;
+  a.status = &host.status[0];
+  for (CudaAlgorithm alg : kAlgorithms) {
+    a.algorithm = alg;
+    a.blocks = 0;
+    a.sm_count = 0;
+    CHECK_EQ(cuda::blocks_of(a), 32);
+    a.sm_count = 132;
+    CHECK_EQ(cuda::blocks_of(a), 16);
+    CHECK(cuda::check_args(a) == nullptr);
+    CudaAllReduceArgs explicit_blocks = a;
+    explicit_blocks.blocks = 16;
+    CHECK_EQ(cuda::epochs_used(a), cuda::epochs_used(explicit_blocks));
+    CHECK(cuda::check_args(explicit_blocks) == nullptr);
+    explicit_blocks.blocks = 17;  // 8 x 17 > 132: rejected, not clamped
+    CHECK(cuda::check_args(explicit_blocks) != nullptr);
+    CHECK_EQ(cuda::blocks_of(explicit_blocks), 17);
+    explicit_blocks.sm_count = 0;  // unknown: up to kMaxBlocks, as before
+    CHECK(cuda::check_args(explicit_blocks) == nullptr);
+    a.sm_count = -1;
+    CHECK(cuda::check_args(a) != nullptr);
+  }
+  a.sm_count = 132;
+  a.count = 1000;  // small: one block, whatever the limit
+  CHECK_EQ(cuda::blocks_of(a), 1);
+}
+
+// Launches with the default block count under a tight SM limit: the blocks
+// the bodies run, the epochs the host counts and the flags written agree.
+TEST(all_reduce_default_blocks_within_sm_count) {
+  for (CudaAlgorithm alg : kAlgorithms) {
+    // 300 KB of float asks for 5 blocks; 2 ranks on 6 SMs get 3 each.
+    Case c{alg, 2, 0, DType::kFloat32, ReduceOp::kSum, 75000};
+    c.sm_count = 6;
+    c.buffer_bytes = size_t(1) << 16;
+    c.iterations = 2;
+    run_case(c);
+  }
 }
 
 // Every algorithm x world 1..4 x block counts x the count grid (0, 1, 7, 1023,

@@ -1,0 +1,153 @@
+"""bench/gpu_check.sh --dry-run, as CI runs it on a machine without a GPU.
+
+The GPU machine is lent for minutes, so the script must be right before it gets there: the
+dry run walks every step, each checked as far as a CPU-only machine can (bench/dry_run.py
+parses each Python driver's real arguments and imports what it needs, pytest collects the
+selected tests, the native binaries' flags are looked up in their sources), and builds the
+table from what it wrote. Two runs serve every check, started together: the whole dry run,
+and a run of three steps whose middle one is handed a flag nothing accepts
+(GPU_CHECK_BREAK), which must fail without stopping the third.
+"""
+import os
+import re
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT = REPO / "bench" / "gpu_check.sh"
+# The run's worst case (the sum of its steps' limits) must leave the GPU machine's
+# 15 minutes room for its start and a rerun.
+TOTAL_LIMIT_S = 540
+# What the device machine brings back from $OUT.
+MAX_FILES, MAX_DEPTH = 8, 2
+GPU_STEPS = ("threads_tiny", "threads_2", "threads_4", "threads_8", "memcheck", "racecheck",
+             "ipc_tests", "mps_start", "mps_procs_2", "mps_procs_3", "mps_procs_4", "ddp_grads",
+             "ddp_resnet50")
+BROKEN = "mps_procs_3"  # a Python driver, called through the same step function
+AROUND_BROKEN = ("mps_procs_2", BROKEN, "mps_procs_4")
+
+
+def _popen(out, *args, extra_env=None):
+    env = {k: v for k, v in os.environ.items() if k != "GPU_CHECK_BREAK"}
+    env.update(OUT=str(out), **(extra_env or {}))
+    # Its own session, so that a hang is ended with everything it started.
+    return subprocess.Popen(["bash", str(SCRIPT), "--dry-run", *args], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+
+
+def _finish(proc, timeout=150):
+    try:
+        stdout, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, _ = proc.communicate()
+        pytest.fail(f"gpu_check.sh --dry-run did not finish in {timeout} s:\n{stdout[-4000:]}")
+    return proc.returncode, stdout
+
+
+def _steps(out):
+    with open(out / "steps.tsv") as f:
+        rows = [line.rstrip("\n").split("\t") for line in f if line.strip()]
+    return {r[0]: dict(status=r[1], seconds=int(r[2]), limit=int(r[3])) for r in rows}
+
+
+def _why_not_here():
+    """Why the dry run cannot pass here, or None. Its steps import what the GPU machine has:
+    pycomm built with its CUDA sources, and torchvision (CI's run on torch 2.13.0's CPU
+    build has neither)."""
+    import pycomm
+
+    if not pycomm.cuda_built():
+        return "pycomm was built without its CUDA sources: the GPU steps' imports would fail"
+    try:
+        import torchvision  # noqa: F401
+    except Exception as e:  # noqa: BLE001 - a wheel that does not load counts as missing
+        return f"torchvision does not import ({type(e).__name__}): the DDP steps need it"
+    return None
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    why = _why_not_here()
+    if why:
+        pytest.skip(why)
+    whole, broken = tmp_path_factory.mktemp("whole"), tmp_path_factory.mktemp("broken")
+    procs = (_popen(whole),
+             _popen(broken, "--steps", ",".join(AROUND_BROKEN), extra_env={"GPU_CHECK_BREAK": BROKEN}))
+    (rc, stdout), (broken_rc, broken_stdout) = (_finish(p) for p in procs)
+    return dict(out=whole, rc=rc, stdout=stdout, broken_out=broken, broken_rc=broken_rc,
+                broken_stdout=broken_stdout)
+
+
+def _planned(stdout):
+    """The steps the script announces first: name -> (limit, beside another step)."""
+    return {m.group(1): (int(m.group(2)), bool(m.group(3)))
+            for m in re.finditer(r"^#   (\w+)\s+(\d+) s( \(beside \w+\))?$", stdout, re.M)}
+
+
+def test_dry_run_passes(runs):
+    assert runs["rc"] == 0, runs["stdout"][-4000:]
+
+
+def test_every_step_is_in_the_table_ok_or_skipped(runs):
+    planned = _planned(runs["stdout"])
+    assert len(planned) >= 20
+    steps = _steps(runs["out"])
+    assert list(steps) == list(planned)  # each once, in the planned order
+    table = (runs["out"] / "table.txt").read_text()
+    for name, s in steps.items():
+        assert s["status"] == "ok" or s["status"].startswith("skipped: "), (name, s)
+        assert re.search(rf"^{name}\s+(ok|skipped: )", table, re.M), name
+    for name in GPU_STEPS:
+        assert steps[name]["status"] == "skipped: no GPU (dry run)", name
+
+
+def test_total_limit_is_printed_and_under_nine_minutes(runs):
+    total = int(re.search(r"at most (\d+) s in all", runs["stdout"]).group(1))
+    assert total < TOTAL_LIMIT_S
+    planned = _planned(runs["stdout"])
+    assert total == sum(limit for limit, beside in planned.values() if not beside)
+    assert all(s["limit"] == planned[name][0] for name, s in _steps(runs["out"]).items())
+
+
+def test_out_holds_few_files_none_deep(runs):
+    out = runs["out"]
+    files = [p for p in out.rglob("*") if p.is_file()]
+    assert 0 < len(files) <= MAX_FILES, files
+    assert all(len(p.relative_to(out).parts) - 1 <= MAX_DEPTH for p in files), files
+    assert {p.name for p in files} >= {"log.txt", "steps.tsv", "results.json", "table.txt"}
+
+
+def test_the_table_is_built_from_what_the_dry_run_wrote(runs):
+    table = (runs["out"] / "table.txt").read_text()
+    assert "machine: " in table  # the preflight's facts
+    for name in ("mps_procs_2", "ddp_grads", "ddp_resnet50", "cpu_collectives_4"):
+        assert re.search(rf"^{name}: dry run: arguments parse, imports ok", table, re.M), name
+    assert re.search(r"^ipc_tests: \d+ tests collected", table, re.M)
+    # What the dry run skipped, and why, in plain words.
+    assert re.search(r"^# skipped: no GPU \(dry run\): threads_tiny, ", table, re.M)
+
+
+def test_a_failing_step_does_not_stop_the_next(runs):
+    out, stdout = runs["broken_out"], runs["broken_stdout"]
+    assert runs["broken_rc"] != 0, stdout[-4000:]
+    steps = _steps(out)
+    assert steps[BROKEN]["status"] == "FAILED rc=2 (dry run)", steps
+    for name in AROUND_BROKEN:
+        if name != BROKEN:
+            assert steps[name]["status"] == "skipped: no GPU (dry run)", (name, steps)
+    assert "unrecognized arguments: --gpu-check-broken-flag" in (out / "log.txt").read_text()
+    # Steps left out by --steps still have their line, and the table names the failure.
+    assert steps["build"]["status"] == "skipped: not selected"
+    table = (out / "table.txt").read_text()
+    assert re.search(rf"^{BROKEN}\s+FAILED rc=2", table, re.M)
+    assert f"# {BROKEN} ended with:" in table
+
+
+def test_an_unknown_step_is_refused_at_once(tmp_path):
+    rc, stdout = _finish(_popen(tmp_path, "--steps", "no_such_step"), timeout=30)
+    assert rc == 2 and "no step named no_such_step" in stdout
