@@ -42,8 +42,10 @@ if ! (cd "$work/src" && MAX_JOBS=${MAX_JOBS:-2} "$py" setup.py build_ext --inpla
 fi
 sed -n 's/^pycomm-build: /torch '"$version"': /p' "$work/build.log" | head -n 1
 cd "$work/src"
-# The environment's own python first on PATH: anything a test starts by name
-# runs on this torch too.
-export PATH="$venv/bin:$PATH"
+# The environment's own python first on PATH, so that anything a test starts by
+# name runs on this torch too; and this copy on PYTHONPATH, as the editable
+# install puts the checkout for the main set-up, so that scripts started from
+# other folders (torchrun's) import this build of pycomm.
+export PATH="$venv/bin:$PATH" PYTHONPATH="$work/src${PYTHONPATH:+:$PYTHONPATH}"
 "$py" -c "import torch, pycomm; print(f'torch {torch.__version__}: pytest on pycomm from {pycomm.__file__}')"
 exec "$py" -m pytest -q -p no:cacheprovider "$@"
