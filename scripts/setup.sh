@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Everything a fresh machine needs, idempotent and quick when already done:
 # torch (kept when one pycomm supports, 2.11 or newer, is installed; else
-# 2.14.1, the CUDA 13.0 build the CI machines carry), the test and benchmark dependencies, and
-# pycomm's native extension built in place against that torch (CPU always; CUDA
-# too when a toolkit is found, even without a GPU; PYCOMM_CUDA=0 skips it).
+# 2.14.1, the CUDA 13.0 build the CI machines carry), the test and benchmark
+# dependencies, and pycomm's native extension built in place against that
+# torch (CPU always; CUDA too when a toolkit is found, even without a GPU;
+# PYCOMM_CUDA=0 skips it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -38,7 +39,7 @@ fi
 # registers, stack frames and PTX: NVIDIA's wheel where the toolkit lacks it.
 if [ "${PYCOMM_CUDA:-1}" != 0 ] && { command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; } &&
    ! command -v cuobjdump >/dev/null && [ ! -x /usr/local/cuda/bin/cuobjdump ] &&
-   ! have "import importlib.util as u, os, sys; sys.exit(not any(os.path.exists(os.path.join(p, 'cu13/bin/cuobjdump')) for p in u.find_spec('nvidia').submodule_search_locations))"; then
+   ! have "import importlib.metadata as m; m.version('nvidia-cuda-cuobjdump')"; then
   echo "setup: installing cuobjdump (the CUDA toolkit here has none)"
   "$PY" -m pip install --quiet "nvidia-cuda-cuobjdump>=13,<14"
 fi

@@ -16,7 +16,7 @@ in CI wherever the CUDA sources were built.
 from __future__ import annotations
 
 import functools
-import importlib.util
+import importlib.metadata
 import os
 import re
 import shutil
@@ -52,12 +52,13 @@ def _cuobjdump():
         if home and os.access(os.path.join(home, "bin", "cuobjdump"), os.X_OK):
             return os.path.join(home, "bin", "cuobjdump")
     # NVIDIA's wheel (scripts/setup.sh installs it where the toolkit lacks it).
-    spec = importlib.util.find_spec("nvidia")
-    for root in (spec.submodule_search_locations if spec else []):
-        for sub in ("cu13", "cuda_cuobjdump", "cu12"):
-            path = os.path.join(root, sub, "bin", "cuobjdump")
-            if os.access(path, os.X_OK):
-                return path
+    try:
+        files = importlib.metadata.files("nvidia-cuda-cuobjdump") or []
+    except importlib.metadata.PackageNotFoundError:
+        files = []
+    for f in files:
+        if f.name == "cuobjdump" and os.access(f.locate(), os.X_OK):
+            return str(f.locate())
     pytest.fail("cuobjdump not found: install the CUDA toolkit's, or `pip install nvidia-cuda-cuobjdump` "
                 "(scripts/setup.sh does)")
 
