@@ -1,4 +1,5 @@
-"""Builds pycomm's native extension, pycomm._C.
+"""Builds pycomm's native extensions: pycomm._C (the core, the c10d backend and
+the binding) and pycomm._tables (the settings and routing tables, torch-free).
 
 The CPU sources are always built. The CUDA sources are built when a CUDA
 toolkit is found, with or without a GPU; PYCOMM_CUDA=0 skips them.
@@ -9,7 +10,7 @@ import re
 import shutil
 import subprocess
 
-from setuptools import find_packages, setup
+from setuptools import Extension, find_packages, setup
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
@@ -82,9 +83,10 @@ if WITH_CUDA:
 else:
     print(f"pycomm-build: CPU sources only ({NO_CUDA})", flush=True)
 
-# The core's layers are folders (transport/, collectives/, kernels/); its
-# native tests build under CMake only.
-core_sources = sorted(f for f in glob.glob("csrc/core/*/*.cpp") if "/tests/" not in f)
+# The core's tables (routing.cpp), then its layers as folders (transport/,
+# collectives/, kernels/); its native tests build under CMake only.
+core_sources = sorted(glob.glob("csrc/core/*.cpp")) + \
+    sorted(f for f in glob.glob("csrc/core/*/*.cpp") if "/tests/" not in f)
 torch_sources = sorted(glob.glob("csrc/torch/*.cpp"))
 cuda_sources = sorted(glob.glob("csrc/cuda/*.cu")) if WITH_CUDA else []
 
@@ -104,12 +106,31 @@ else:
     ext = CppExtension("pycomm._C", core_sources + torch_sources,
                        define_macros=define_macros, extra_compile_args=extra)
 
+# The tables for Python with no torch (the scaling model, `pycomm doctor`):
+# the CPython API and the core's routing.cpp only.
+tables = Extension("pycomm._tables", ["csrc/tables/tables_module.cpp", "csrc/core/routing.cpp"],
+                   extra_compile_args=["-O2", "-std=c++20", "-Wall"], language="c++")
+
+
+class BuildEachInItsFolder(BuildExtension):
+    """torch's ninja build writes build/temp.*/build.ninja for each extension:
+    a folder of its own keeps _C's (scripts/check_torch_headers.sh reads its flags)."""
+
+    def build_extension(self, ext):
+        shared = self.build_temp
+        self.build_temp = os.path.join(shared, ext.name)
+        try:
+            super().build_extension(ext)
+        finally:
+            self.build_temp = shared
+
+
 # scripts/setup.sh builds in place first, then installs the package editable
 # with PYCOMM_SKIP_BUILD=1 so that pip does not build everything a second time.
 skip_build = os.environ.get("PYCOMM_SKIP_BUILD") == "1"
 
 setup(
     packages=find_packages(include=["pycomm", "pycomm.*"]),
-    ext_modules=[] if skip_build else [ext],
-    cmdclass={"build_ext": BuildExtension},
+    ext_modules=[] if skip_build else [tables, ext],
+    cmdclass={"build_ext": BuildEachInItsFolder},
 )

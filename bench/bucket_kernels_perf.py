@@ -14,24 +14,21 @@ written) / time, the same count for every way of computing one result; vs memcpy
 that bandwidth over the bandwidth of `out.copy_(src)` on one tensor of the
 list's total size in the same run (the memory-bandwidth ceiling). #wrong counts
 elements that differ from torch's result (the bit patterns, NaN aside).
+--json writes {"meta": {"threads", "iters", ...}, "rows": [...]} (pycomm.tools.results_schema).
 """
 import argparse
 import ctypes
-import json
-import os
 import statistics
-import sys
-import time
 
 import torch
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
-# Measure the checkout this script is in (built in place), not whichever
-# pycomm happens to be installed.
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if os.path.isfile(os.path.join(_ROOT, "pycomm", "__init__.py")):
-    sys.path.insert(0, _ROOT)
-from pycomm import bucket_ops  # noqa: E402
+# harness first: it puts this checkout (built in place) ahead of an installed pycomm.
+from harness.checks import bitwise_wrong as wrong
+from harness.table import Column, Table
+from harness.timing import in_turns
+from pycomm import bucket_ops
+from pycomm.tools import results_schema as schema
 
 
 def resnet50_shapes():
@@ -46,27 +43,6 @@ def small_shapes(count):
     # Biases, norm scales and small heads: 1 to 4096 elements, odd sizes included.
     sizes = [1, 7, 64, 128, 256, 513, 1000, 2048, 4096]
     return [(sizes[i % len(sizes)],) for i in range(count)]
-
-
-def time_round_robin(cases, iters, warmup=2):
-    """Median µs of each case's fn, the cases timed in turns."""
-    samples = [[] for _ in cases]
-    for it in range(warmup + iters):
-        for k, case in enumerate(cases):
-            t0 = time.perf_counter_ns()
-            case["fn"]()
-            if it >= warmup:
-                samples[k].append(time.perf_counter_ns() - t0)
-    return [statistics.median(s) / 1e3 for s in samples]
-
-
-def wrong(got, want):
-    if got.dtype != want.dtype or got.shape != want.shape:
-        return got.numel() or 1
-    ibits = {2: torch.int16, 4: torch.int32, 8: torch.int64}[got.element_size()]
-    diff = got.reshape(-1).view(ibits) != want.reshape(-1).view(ibits)
-    both_nan = torch.isnan(got.reshape(-1)) & torch.isnan(want.reshape(-1))
-    return int((diff & ~both_nan).sum())
 
 
 def run_workload(label, shapes, iters):
@@ -156,11 +132,18 @@ def run_workload(label, shapes, iters):
         total * (f32 + bf16), check_cast)
 
     rows = []
-    for case, us in zip(cases, time_round_robin(cases, iters)):
+    for case, samples in zip(cases, in_turns([c["fn"] for c in cases], iters)):
+        us = statistics.median(samples) * 1e6
         rows.append({"workload": label, "tensors": len(ts), "elements": total, "op": case["op"],
                      "time_us": us, "gbps": case["bytes"] / us / 1e3,
                      "wrong": case["check"]() if case["check"] else 0})
     return rows
+
+
+TABLE = Table([Column("workload", 22, lambda r: f"{r['workload']} ({r['tensors']})", align="<"),
+               Column("op", 50, "op", align="<"), Column("time (us)", 12, "time_us", ".0f"),
+               Column("GB/s", 9, "gbps", ".2f"), Column("vs memcpy", 11, "vs_memcpy", ".2f"),
+               Column("#wrong", 8, "wrong", "d")], sep="")
 
 
 def print_table(rows):
@@ -170,7 +153,7 @@ def print_table(rows):
             ceiling[r["workload"]] = r["gbps"]
     for r in rows:
         r["vs_memcpy"] = r["gbps"] / ceiling[r["workload"]]
-    header = f"{'workload':<22}{'op':<50}{'time (us)':>12}{'GB/s':>9}{'vs memcpy':>11}{'#wrong':>8}"
+    header = TABLE.header()
     print(header)
     print("-" * len(header))
     last = None
@@ -178,9 +161,7 @@ def print_table(rows):
         if last is not None and r["workload"] != last:
             print()
         last = r["workload"]
-        wl = f"{r['workload']} ({r['tensors']})"
-        print(f"{wl:<22}{r['op']:<50}{r['time_us']:>12.0f}{r['gbps']:>9.2f}"
-              f"{r['vs_memcpy']:>11.2f}{r['wrong']:>8}")
+        print(TABLE.row(r))
 
 
 def main():
@@ -195,8 +176,7 @@ def main():
     rows += run_workload("small tensors", small_shapes(args.small_count), args.iters)
     print_table(rows)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"threads": 1, "iters": args.iters, "rows": rows}, f, indent=1)
+        schema.write(args.json, rows, dict(threads=1, iters=args.iters))
 
 
 if __name__ == "__main__":

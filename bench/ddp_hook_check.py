@@ -4,7 +4,8 @@ with CUDA ranks: the check bench/gpu_check.sh runs beside the ResNet-50 timings.
     python3 bench/ddp_hook_check.py --nproc 2 --json check.json
 
 The ranks' default group is gloo, so the reference is DDP's built-in all-reduce over gloo
-on the same GPU(s) (NCCL before 2.30 refuses two ranks on one GPU: bench/nccl_one_gpu.py).
+on the same GPU(s) (NCCL before 2.30 refuses two ranks on one GPU:
+bench/harness/peers/nccl.py).
 From the same weights and the same per-rank batch, one backward pass each of
     reference  DDP with no hook: its C++ reducer (bucket / N, all-reduce SUM) over gloo
     fp32       DDP + pycomm.ring_hook, RingState()
@@ -12,19 +13,18 @@ From the same weights and the same per-rank batch, one backward pass each of
 and every parameter's gradient is compared with the reference's. cuDNN runs its
 deterministic algorithms, so the local gradients are the same bits in every model and
 only the all-reduce differs. The measure, per parameter tensor: max|ours - ref| / max|ref|.
-Exit status 1 when a check exceeds its tolerance (below); the JSON names each check's
-worst tensor.
+Exit status 1 when a check exceeds its tolerance (below); the JSON (pycomm.tools.
+results_schema: a row per check, the run's facts in meta) names each check's worst tensor.
 """
 from __future__ import annotations
 
 import argparse
 import copy
-import json
-import os
 import sys
-import tempfile
 
-from bench_launch import launch
+from harness.launch import launch
+from harness.world import World
+from pycomm.tools import results_schema as schema
 
 MODELS = ("resnet18", "resnet50")
 # fp32: with N = 2 the sum is the same in either order and the 1/2 is exact, so the
@@ -41,16 +41,14 @@ CHECKS = (("fp32", None, FP32_TOLERANCE), ("bf16", "bf16", BF16_TOLERANCE))
 
 def run(args):
     import torch
-    import torch.distributed as dist
     import torch.nn.functional as F
     import torchvision
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     import pycomm
 
-    rank, world = dist.get_rank(), dist.get_world_size()
-    dev = torch.device("cuda", rank % torch.cuda.device_count())
-    torch.cuda.set_device(dev)
+    world = World("cuda")
+    rank, dev = world.rank, world.device
     torch.backends.cudnn.deterministic = True
     torch.backends.cudnn.benchmark = False
     pycomm.init()
@@ -79,27 +77,24 @@ def run(args):
             ratio = err / scale if scale > 0 else err
             if ratio > worst or where is None:
                 worst, where = ratio, param
-        t = torch.tensor([worst], dtype=torch.float64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the worst rank's (a CPU tensor: gloo)
-        worst = t.item()
+        worst = world.max_over_ranks([worst])[0]  # the worst rank's
         checks.append(dict(hook=name, worst=worst, tensor=where, tolerance=tolerance,
                            ok=worst <= tolerance))
-    if rank == 0:
-        result = dict(model=args.model, image_size=args.image_size, batch_size=args.batch_size,
-                      world=world, gpus=torch.cuda.device_count(),
-                      reference=f"DDP's own all-reduce over {dist.get_backend()}",
-                      measure="max|ours - ref| / max|ref| per parameter tensor, worst tensor",
-                      checks=checks)
-        report(result)
-        with open(args.result_path, "w") as f:
-            json.dump(result, f, indent=1)
+    if rank != 0:
+        return None
+    facts = dict(model=args.model, image_size=args.image_size, batch_size=args.batch_size,
+                 world=world.size, gpus=torch.cuda.device_count(),
+                 reference=f"DDP's own all-reduce over {world.backend}",
+                 measure="max|ours - ref| / max|ref| per parameter tensor, worst tensor")
+    return dict(meta=facts, rows=checks)
 
 
 def report(result):
-    print(f"# {result['model']} DDP gradients, {result['world']} ranks on {result['gpus']} GPU(s), "
-          f"{result['image_size']}px batch {result['batch_size']} per rank: pycomm.ring_hook vs "
-          f"{result['reference']}; {result['measure']}")
-    for c in result["checks"]:
+    facts = result["meta"]
+    print(f"# {facts['model']} DDP gradients, {facts['world']} ranks on {facts['gpus']} GPU(s), "
+          f"{facts['image_size']}px batch {facts['batch_size']} per rank: pycomm.ring_hook vs "
+          f"{facts['reference']}; {facts['measure']}")
+    for c in result["rows"]:
         print(f"{c['hook']:<5} {c['worst']:>10.3e}  tolerance {c['tolerance']:.3e}  "
               f"{'ok' if c['ok'] else 'FAILED'}  (worst: {c['tensor']})")
     sys.stdout.flush()
@@ -118,7 +113,6 @@ def parse_args(argv=None):
     for name in ("nproc", "image_size", "batch_size"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')}: must be >= 1")
-    args.result_path = args.json
     return args
 
 
@@ -135,18 +129,13 @@ def plan(args):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # torchrun: rank 0 reports
-        if args.result_path is None:
-            args.result_path = os.devnull
-        launch(run, args, int(os.environ["WORLD_SIZE"]))
+    result = launch(run, args, args.nproc)  # under torchrun: each rank's, rank 0's has it all
+    if result is None:
         return 0
-    with tempfile.TemporaryDirectory(prefix="ddp_hook_check-") as tmp:
-        if args.result_path is None:
-            args.result_path = os.path.join(tmp, "result.json")
-        launch(run, args, args.nproc)
-        with open(args.result_path) as f:
-            result = json.load(f)
-    return 0 if all(c["ok"] for c in result["checks"]) else 1
+    report(result)
+    if args.json:
+        schema.write(args.json, result["rows"], result["meta"])
+    return 0 if all(c["ok"] for c in result["rows"]) else 1
 
 
 if __name__ == "__main__":

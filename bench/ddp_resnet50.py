@@ -83,22 +83,24 @@ prediction assumes no overlap (every byte exposed); full overlap is its lower bo
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import re
 import statistics
 import sys
-import tempfile
 import time
-from typing import Optional
+
+from harness.collectives import COLLECTIVES  # (harness puts pycomm on sys.path)
+from harness.launch import launch, under_torchrun
+from harness.peers import nccl
+from harness.peers.pycomm import backend_group, ring_support
+from harness.table import Column, Table
+from harness.timing import Clock, sample
+from harness.world import World
+from pycomm.tools import results_schema as schema
 
 # Where the JSON and the plot go unless told otherwise (ignored by git).
 _OUT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_launch import launch  # noqa: E402  (also puts the repository root on sys.path)
-from nccl_one_gpu import prepare_nccl  # noqa: E402
 
 MODES = {"stock": None, "ring": None, "ring-bf16": "bf16", "ring-fp16": "fp16", "no-comm": None,
          "backend": None}
@@ -106,46 +108,18 @@ MODELS = ("resnet18", "resnet34", "resnet50")
 DEFAULT_MODES = "no-comm,stock,ring,ring-bf16,backend"
 # The issue's target for the modes that use pycomm: step <= this x the no-comm step.
 NO_COMM_TARGET = 1.03
-# The name a pycomm build registers with torch.distributed.
-PYCOMM_BACKEND = "pycomm"
 # Distinct batches per rank in the synthetic data set; the loader cycles through them.
 # A few keep 224-pixel data of 8 ranks x 256 images within host memory.
 BATCHES_PER_RANK = 4
 # Sizes of the all-reduce sweep that calibrates alpha and B: an 8-byte call pins alpha,
 # the large ones B (DDP's buckets are up to 25 MiB).
 CALIBRATION_SIZES = (8, 64 << 10, 1 << 20, 8 << 20, 32 << 20)
+ALL_REDUCE = COLLECTIVES["all_reduce"]
 # Bounds on the repetitions of the comm-alone measurement (about 1 s of them).
 ALONE_REPS = (3, 10)
 
 
 # --------------------------------------------------------------------------- timing
-
-class Clock:
-    """Timestamps on the device's timeline: perf_counter on CPUs; CUDA events on GPUs,
-    which are read only after sync()."""
-
-    def __init__(self, device):
-        import torch
-
-        self.torch = torch
-        self.cuda = device.type == "cuda"
-
-    def mark(self):
-        if self.cuda:
-            event = self.torch.cuda.Event(enable_timing=True)
-            event.record()
-            return event
-        return time.perf_counter()
-
-    def sync(self):
-        if self.cuda:
-            self.torch.cuda.synchronize()
-
-    def seconds(self, start, mark) -> float:
-        if self.cuda:
-            return start.elapsed_time(mark) / 1e3
-        return mark - start
-
 
 class HookTimer:
     """Wraps a DDP comm hook to mark, per bucket, when DDP hands it over and when its
@@ -198,88 +172,6 @@ class HookTimer:
 
 
 # --------------------------------------------------------------------------- the ranks
-
-class World:
-    """What every phase of a rank needs: its rank, device, backend and helpers over the
-    stock process group."""
-
-    def __init__(self, args):
-        import torch
-        import torch.distributed as dist
-
-        self.torch, self.dist = torch, dist
-        self.rank, self.size = dist.get_rank(), dist.get_world_size()
-        self.backend = dist.get_backend()
-        if args.device == "cuda":
-            # More ranks than GPUs share them round-robin (see parse_args).
-            local = int(os.environ.get("LOCAL_RANK", self.rank)) % torch.cuda.device_count()
-            torch.cuda.set_device(local)
-            self.device = torch.device("cuda", local)
-        else:
-            self.device = torch.device("cpu")
-        self.clock = Clock(self.device)
-        self.pycomm_group = None  # a pycomm process group, for the backend mode
-
-    def barrier(self):
-        if self.backend == "nccl":  # NCCL's barrier needs the device; gloo's has none
-            self.dist.barrier(device_ids=[self.device.index])
-        else:
-            self.dist.barrier()
-
-    def reduce(self, values, op):
-        """Element-wise reduction of a list of floats over the ranks."""
-        t = self.torch.tensor(values, dtype=self.torch.float64, device=self.device)
-        self.dist.all_reduce(t, op=op)
-        return t.tolist()
-
-    def all_agree(self, ok: bool) -> bool:
-        return bool(self.reduce([1.0 if ok else 0.0], self.dist.ReduceOp.MIN)[0])
-
-
-def ring_support(world) -> Optional[str]:
-    """None when pycomm's ring hook can run on this world's device, else why not."""
-    import pycomm
-
-    reason = None
-    if world.device.type == "cuda":
-        if not pycomm.cuda_built():
-            reason = "pycomm was built without CUDA: its CUDA transport is not available"
-        else:
-            try:
-                probe = world.torch.ones(4, device=world.device)
-                pycomm.all_reduce(probe)
-            except Exception as e:
-                reason = (f"pycomm's CUDA transport is not available "
-                          f"({type(e).__name__}: {str(e).splitlines()[0][:120]})")
-    # Every rank must make the same choice, or the modes' collectives would not match.
-    if not world.all_agree(reason is None) and reason is None:
-        reason = "pycomm's ring hook is not available on every rank"
-    return reason
-
-
-def backend_support(world) -> Optional[str]:
-    """None when DDP can run on a pycomm process group on this world's device (and
-    world.pycomm_group is that group), else why not."""
-    import pycomm  # noqa: F401  (registers the backend, once it exists)
-
-    dist = world.dist
-    if PYCOMM_BACKEND not in dist.Backend.backend_list:
-        return (f"'{PYCOMM_BACKEND}' is not a registered torch.distributed backend after "
-                f"`import pycomm` (Backend.backend_list: {', '.join(dist.Backend.backend_list)})")
-    reason = None
-    try:
-        group = dist.new_group(backend=PYCOMM_BACKEND)
-        dist.all_reduce(world.torch.ones(4, device=world.device), group=group)
-        world.pycomm_group = group
-    except Exception as e:  # noqa: BLE001 - any failure makes the mode unavailable, with why
-        reason = (f"a {PYCOMM_BACKEND!r} group does not run on {world.device.type} tensors "
-                  f"({type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:160]})")
-    if not world.all_agree(reason is None) and reason is None:
-        reason = f"a {PYCOMM_BACKEND!r} group is not available on every rank"
-    if reason is not None:
-        world.pycomm_group = None
-    return reason
-
 
 def synthetic_loader(world, args, sharded: bool):
     """An endless iterator of (images, labels) batches on the device: the epochs of a data
@@ -474,24 +366,18 @@ def comm_alone(world, buckets, issue):
 
 def calibration_sweep(world, with_pycomm: bool):
     """collectives_perf-style all_reduce rows (size, world_size, stock_us, pycomm_us and,
-    with a pycomm group, backend_us) for a few sizes."""
-    import torch
-
+    with a pycomm group, backend_us) for a few sizes: each call's wall time, synchronized
+    (what a training step waits), median of a few after one untimed call."""
+    clock = Clock(world.device, events=False)
     rows = []
     for size in CALIBRATION_SIZES:
-        t = torch.zeros(max(size // 4, 1), device=world.device)
+        lay = ALL_REDUCE.layout(size, 4, world.size)
+        t = world.torch.zeros(lay["count"], device=world.device)
         reps = 20 if size <= (1 << 20) else 5
 
         def median_us(fn):
             fn()
-            samples = []
-            for _ in range(reps):
-                world.clock.sync()
-                t0 = time.perf_counter()
-                fn()
-                world.clock.sync()
-                samples.append(time.perf_counter() - t0)
-            return statistics.median(samples) * 1e6
+            return statistics.median(sample(fn, reps, clock)) * 1e6
 
         stock_us = median_us(lambda: world.dist.all_reduce(t))
         pycomm_us = None
@@ -502,10 +388,11 @@ def calibration_sweep(world, with_pycomm: bool):
         backend_us = None
         if world.pycomm_group is not None:
             backend_us = median_us(lambda: world.dist.all_reduce(t, group=world.pycomm_group))
-        rows.append(dict(collective="all_reduce", size=t.numel() * 4, count=t.numel(),
-                         dtype="float32", op="sum", world_size=world.size,
-                         stock_backend=world.backend, stock_us=stock_us, pycomm_us=pycomm_us,
-                         backend_us=backend_us, wrong=0, stock_wrong=0))
+        rows.append({schema.COLLECTIVE: "all_reduce", schema.SIZE: lay["size"],
+                     schema.COUNT: lay["count"], schema.DTYPE: "float32", schema.OP: "sum",
+                     schema.WORLD_SIZE: world.size, schema.STOCK_BACKEND: world.backend,
+                     schema.STOCK_US: stock_us, schema.PYCOMM_US: pycomm_us,
+                     "backend_us": backend_us, schema.WRONG: 0, schema.STOCK_WRONG: 0})
     return rows
 
 
@@ -633,7 +520,7 @@ def scaling_figures(N, t1, tn):
 
 def run(args):
     """The work of one rank in one world."""
-    world = World(args)
+    world = World(args.device)
     N = world.size
     names = [m for m in args.modes if m.startswith("ring")]
     ring_reason = ring_support(world) if names else None
@@ -641,7 +528,9 @@ def run(args):
         import pycomm
 
         pycomm.init()
-    backend_reason = backend_support(world) if "backend" in args.modes else None
+    # The backend mode's group: DDP on a pycomm process group.
+    world.pycomm_group, backend_reason = (backend_group(world) if "backend" in args.modes
+                                          else (None, None))
     # alpha and B serve only the prediction, which needs T1.
     cals = {} if args.no_baseline and args.baseline_step_s is None else \
         calibrations(world, args, with_pycomm=ring_reason is None and bool(names))
@@ -685,20 +574,37 @@ def run(args):
         if r["mode"] != "baseline":
             r["over_no_comm"] = (r["step_time_s"] / no_comm
                                  if no_comm and r.get("step_time_s") else None)
-    if world.rank == 0:
-        if args.result_path:
-            with open(args.result_path, "w") as f:
-                json.dump(records, f)
-        else:
-            report(records, args)
+    return records
 
 
 # --------------------------------------------------------------------------- the report
 
-def _fmt(v, spec, scale=1.0):
-    if v is None:
-        return format("-", re.match(r"[<>^]?\d*", spec).group())  # same width, no number
-    return format(v * scale, spec)
+MODE_TABLE = Table([
+    Column("mode", 10, "mode", align="<"), Column("N", 3, "world_size", "d"),
+    Column("step ms", 9, "step_time_s", ".1f", 1e3), Column("/no-comm", 8, "over_no_comm", ".3f"),
+    Column("images/s", 9, "images_per_s", ".1f"), Column("speedup", 7, "speedup", ".3f"),
+    Column("eff", 6, "efficiency", ".1%"), None,
+    Column("comm ms", 8, "comm_s", ".1f", 1e3), Column("exposed", 8, "exposed_comm_s", ".1f", 1e3),
+    Column("share", 6, "comm_share", ".1%"), None,
+    Column("alone ms", 8, "comm_alone_s", ".1f", 1e3),
+    Column("share", 6, "comm_alone_share", ".1%"), None,
+    Column("Amdahl f", 8, "amdahl_f", ".3f")])
+
+
+def _predicted(field):
+    return lambda r: r["prediction"][field]
+
+
+PREDICTION_TABLE = Table([
+    Column("mode", 10, "mode", align="<"), Column("N", 3, "world_size", "d"),
+    Column("alpha us", 8, lambda r: r["calibration"]["alpha_s"], ".1f", 1e6),
+    Column("B GB/s", 7, lambda r: r["calibration"]["bandwidth_Bps"] or math.inf, ".2f", 1e-9),
+    Column("buckets", 7, "buckets", "d"), Column("MB", 7, lambda r: sum(r["wire_bytes"]), ".1f", 1e-6),
+    Column("model comm ms", 13, _predicted("comm_s"), ".1f", 1e3), None,
+    Column("predicted ms", 12, _predicted("predicted_step_s"), ".1f", 1e3),
+    Column("full-overlap", 12, _predicted("full_overlap_step_s"), ".1f", 1e3), None,
+    Column("measured ms", 11, "step_time_s", ".1f", 1e3),
+    Column("error", 7, _predicted("relative_error"), "+.1%")])
 
 
 def report(records, args):
@@ -720,24 +626,16 @@ def report(records, args):
               f"per step, {base['images_per_s']:.1f} images/s")
     else:
         print("# no 1-rank baseline (--no-baseline): no speedup, efficiency or Amdahl f")
-    header = (f"{'mode':<10} {'N':>3} {'step ms':>9} {'/no-comm':>8} {'images/s':>9} "
-              f"{'speedup':>7} {'eff':>6} | {'comm ms':>8} {'exposed':>8} {'share':>6} | "
-              f"{'alone ms':>8} {'share':>6} | {'Amdahl f':>8}")
+    header = MODE_TABLE.header()
     print(header)
     print("-" * len(header))
     for r in records:
         if r["mode"] == "baseline":
             continue
         if not r["available"]:
-            print(f"{r['mode']:<10} {r['world_size']:>3}  unavailable: {r['reason']}")
+            print(MODE_TABLE.row(r, upto=2, note=f"unavailable: {r['reason']}"))
             continue
-        print(f"{r['mode']:<10} {r['world_size']:>3} {r['step_time_s'] * 1e3:>9.1f} "
-              f"{_fmt(r.get('over_no_comm'), '>8.3f')} "
-              f"{r['images_per_s']:>9.1f} {_fmt(r['speedup'], '>7.3f')} "
-              f"{_fmt(r['efficiency'], '>6.1%')} | {_fmt(r['comm_s'], '>8.1f', 1e3)} "
-              f"{_fmt(r['exposed_comm_s'], '>8.1f', 1e3)} {_fmt(r['comm_share'], '>6.1%')} | "
-              f"{r['comm_alone_s'] * 1e3:>8.1f} {r['comm_alone_share']:>6.1%} | "
-              f"{_fmt(r['amdahl_f'], '>8.3f')}")
+        print(MODE_TABLE.row(r))
     print("# /no-comm: step / the no-comm step of the same ranks (1.0: communication costs "
           "nothing); comm: time a bucket was in flight per step (hook futures; '-': no hook); "
           "exposed: the wait after backward; alone: the same buckets all-reduced with no "
@@ -760,29 +658,19 @@ def report(records, args):
         print("# scaling model (pycomm.tools.scaling, alpha-beta ring, no overlap; full overlap "
               "is the lower bound) vs the measured step; alpha, B fitted to "
               + ("an all-reduce sweep in this run" if not args.calibration else args.calibration))
-        head = (f"{'mode':<10} {'N':>3} {'alpha us':>8} {'B GB/s':>7} {'buckets':>7} "
-                f"{'MB':>7} {'model comm ms':>13} | {'predicted ms':>12} {'full-overlap':>12} | "
-                f"{'measured ms':>11} {'error':>7}")
-        print(head)
+        print(PREDICTION_TABLE.header())
         for r in preds:
-            cal, p = r["calibration"], r.get("prediction")
-            if p is None:
-                print(f"{r['mode']:<10} {r['world_size']:>3}  {cal}")
+            if r.get("prediction") is None:
+                print(PREDICTION_TABLE.row(r, upto=2, note=r["calibration"]))
                 continue
-            bw = cal["bandwidth_Bps"]
-            print(f"{r['mode']:<10} {r['world_size']:>3} {cal['alpha_s'] * 1e6:>8.1f} "
-                  f"{_fmt(bw, '>7.2f', 1e-9) if bw else '    inf'} {r['buckets']:>7} "
-                  f"{sum(r['wire_bytes']) / 1e6:>7.1f} {p['comm_s'] * 1e3:>13.1f} | "
-                  f"{p['predicted_step_s'] * 1e3:>12.1f} {p['full_overlap_step_s'] * 1e3:>12.1f} | "
-                  f"{r['step_time_s'] * 1e3:>11.1f} {p['relative_error']:>+7.1%}")
+            print(PREDICTION_TABLE.row(r))
             q = r.get("prediction_no_comm_compute")
             if q:
                 print(f"{'':<14} with the no-comm step as compute ({q['step_compute_s'] * 1e3:.1f} "
                       f"ms): predicted {q['predicted_step_s'] * 1e3:.1f} ms, full overlap "
                       f"{q['full_overlap_step_s'] * 1e3:.1f} ms, error {q['relative_error']:+.1%}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(records, f, indent=1)
+        schema.write(args.json, records)
         print(f"# wrote {args.json}")
     if args.plot:
         from ddp_plot import plot
@@ -869,22 +757,16 @@ def parse_args(argv=None):
         p.error(f"--calibration: no such file {args.calibration!r}")
     args.stock_backend, args.stock_reason = None, None  # set by main (stock_backend)
     args.baseline_step_s = None   # set for later worlds: T1 is measured once
-    args.result_path = None       # where rank 0 leaves its records for the launching process
     return args
 
 
 def stock_backend(args, ranks):
-    """(backend, why not NCCL or None): gloo on CPUs; on GPUs NCCL, unless the ranks share
-    a GPU and this NCCL refuses that (bench/nccl_one_gpu.py), and then gloo, which
-    all-reduces CUDA tensors through the host: still DDP's own all-reduce."""
-    if args.device != "cuda":
-        return "gloo", None
-    why = prepare_nccl(ranks, args.gpus)
-    return ("nccl", None) if why is None else ("gloo", why)
+    """(backend, why not NCCL or None): harness.peers.nccl's rule for this device."""
+    return nccl.stock_backend(args.device, ranks, args.gpus)
 
 
 # What a run imports beyond torch and pycomm (bench/dry_run.py checks it).
-DRY_RUN_NEEDS = ("torchvision", "torch.nn.parallel", "nccl_one_gpu")
+DRY_RUN_NEEDS = ("torchvision", "torch.nn.parallel", "harness.peers.nccl")
 
 
 def plan(args):
@@ -892,7 +774,7 @@ def plan(args):
     import torch
 
     backend, why = (stock_backend(args, max(args.nproc)) if torch.cuda.is_available()
-                    else ("decided on the GPU machine by bench/nccl_one_gpu.py", None))
+                    else ("decided on the GPU machine by bench/harness/peers/nccl.py", None))
     return dict(ranks=",".join(map(str, args.nproc)), device=args.device, modes=",".join(args.modes),
                 model=f"{args.model}, {args.image_size}px, batch {args.batch_size}",
                 steps=f"{args.warmup} warm-up + {args.steps} timed per mode",
@@ -905,25 +787,21 @@ def main(argv=None):
     args = parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("ddp_resnet50.py: --device cuda: no CUDA device is available")
-    under_torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
-    ranks = int(os.environ["WORLD_SIZE"]) if under_torchrun else max(args.nproc)
-    backend, args.stock_reason = stock_backend(args, ranks)
-    args.stock_backend = backend
-    if under_torchrun:
-        launch(run, args, int(os.environ["WORLD_SIZE"]), backend)  # torchrun: rank 0 reports
+    ranks = int(os.environ["WORLD_SIZE"]) if under_torchrun() else max(args.nproc)
+    args.stock_backend, args.stock_reason = stock_backend(args, ranks)
+    if under_torchrun():
+        records = launch(run, args, ranks, args.stock_backend)
+        if int(os.environ["RANK"]) == 0:
+            report(records, args)
         return
     records = []
-    with tempfile.TemporaryDirectory(prefix="ddp_resnet50-") as tmp:
-        for i, n in enumerate(args.nproc):
-            args.result_path = os.path.join(tmp, f"world{n}.json")
-            launch(run, args, n, backend)
-            with open(args.result_path) as f:
-                world_records = json.load(f)
-            base = next((r for r in world_records if r["mode"] == "baseline"), None)
-            if base is not None:
-                args.baseline_step_s = base["step_time_s"]
-            records.extend(world_records)
-    args.result_path = None
+    for n in args.nproc:
+        # One world after another; T1, measured in the first, is reused by the others.
+        world_records = launch(run, args, n, args.stock_backend)
+        base = next((r for r in world_records if r["mode"] == "baseline"), None)
+        if base is not None:
+            args.baseline_step_s = base["step_time_s"]
+        records.extend(world_records)
     report(records, args)
 
 

@@ -26,7 +26,7 @@ def load(path: str):
     """The driver as a module, without running its main."""
     folder = os.path.dirname(os.path.abspath(path))
     if folder not in sys.path:
-        sys.path.insert(0, folder)  # its sibling imports (bench_launch, ...)
+        sys.path.insert(0, folder)  # its sibling imports (harness, ...)
     name = os.path.splitext(os.path.basename(path))[0]
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)

@@ -24,7 +24,7 @@
 # processes take turns on one GPU unless MPS runs, so processes without MPS check values
 # only, and times come from ranks as threads of one process or from processes under MPS
 # (a daemon of our own, in folders of our own, stopped on exit). The GPU's settings are
-# never changed. NCCL before 2.30 refuses two ranks on one GPU: bench/nccl_one_gpu.py.
+# never changed. NCCL before 2.30 refuses two ranks on one GPU: bench/harness/peers/nccl.py.
 #
 # A dry run checks each step's command as it would run: a Python driver's real arguments are
 # parsed and its imports made by bench/dry_run.py (a wrong flag fails argparse), pytest

@@ -65,7 +65,7 @@ def machine():
     try:
         import torch
 
-        from nccl_one_gpu import nccl_version, prepare_nccl, version_text
+        from harness.peers.nccl import nccl_version, prepare_nccl, version_text
 
         facts["torch"] = torch.__version__
         facts["torch_cuda"] = torch.version.cuda

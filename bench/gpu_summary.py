@@ -13,10 +13,26 @@ from __future__ import annotations
 
 import argparse
 import glob
+import importlib.util
 import json
 import os
 import re
 import sys
+
+
+def _load_results_schema():
+    """pycomm.tools.results_schema, loaded from its file: importing it as pycomm.tools would
+    import pycomm and torch, seconds that the table, rebuilt after every step within a few
+    seconds, cannot spare. The module is standard library only."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pycomm",
+                        "tools", "results_schema.py")
+    spec = importlib.util.spec_from_file_location("results_schema", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+schema = _load_results_schema()
 
 # Sizes the table shows, of those a sweep measured: latency, the middle, bandwidth.
 SHOWN_SIZES = (8, 1 << 20, 256 << 20)
@@ -149,14 +165,15 @@ def pytest_lines(name, facts):
 
 
 def procs_lines(name, data):
-    rows = data.get("rows", [])
+    doc = schema.document(data)
+    rows, meta = doc["rows"], doc["meta"]
     wrong = sum(r.get("wrong", 0) for r in rows)
     not_run = {}
     for r in rows:
         if "us" not in r:
             not_run.setdefault(r["name"], r.get("why") or "?")
-    lines = [f"{name} ({data.get('world')} processes on {data.get('gpus')} GPU, NCCL "
-             f"{data.get('nccl', '?')}): #wrong {wrong}"
+    lines = [f"{name} ({meta.get('world')} processes on {meta.get('gpus')} GPU, NCCL "
+             f"{meta.get('nccl', '?')}): #wrong {wrong}"
              + "".join(f"; {peer} not run: {why}" for peer, why in not_run.items())]
     for size in SHOWN_SIZES:
         rs = [r for r in rows if r["bytes"] == size and "us" in r]
@@ -166,14 +183,16 @@ def procs_lines(name, data):
 
 
 def ddp_grads_lines(name, data):
-    return [f"{name} ({data.get('model')}, {data.get('world')} ranks on {data.get('gpus')} GPU, vs "
-            f"{data.get('reference')}): " + "; ".join(
+    doc = schema.document(data)
+    meta = doc["meta"]
+    return [f"{name} ({meta.get('model')}, {meta.get('world')} ranks on {meta.get('gpus')} GPU, vs "
+            f"{meta.get('reference')}): " + "; ".join(
                 f"{c['hook']} worst {c['worst']:.2e} (tolerance {c['tolerance']:.2e}) "
-                f"{'ok' if c['ok'] else 'FAILED'}" for c in data.get("checks", []))]
+                f"{'ok' if c['ok'] else 'FAILED'}" for c in doc["rows"])]
 
 
-def ddp_lines(name, records):
-    records = records if isinstance(records, list) else records.get("records", [])
+def ddp_lines(name, data):
+    records = schema.rows(data)
     stock = next((r for r in records if r["mode"] == "stock" and r.get("available")), None)
     parts = []
     for r in records:
@@ -192,7 +211,7 @@ def ddp_lines(name, records):
 
 
 def cpu_lines(name, data):
-    return [f"{name}: {s['line']}" for s in data.get("summary", [])]
+    return [f"{name}: {s['line']}" for s in schema.document(data)["summary"]]
 
 
 def number_lines(results):

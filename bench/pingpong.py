@@ -8,13 +8,11 @@ each call on its own; rank 0 prints the median and the 10th/90th percentiles.
 Unlike bench/collectives_perf.py, no benchmark closure sits around the call.
 """
 import argparse
-import os
 import statistics
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_launch import launch  # noqa: E402
+from harness.launch import launch
+from harness.sizes import parse_size
 
 
 def run(args):
@@ -42,7 +40,7 @@ def run(args):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--bytes", type=int, default=8)
+    p.add_argument("--bytes", type=parse_size, default="8", help="message size (8, 64K, 1M)")
     p.add_argument("--calls", type=int, default=20000)
     p.add_argument("--nproc", type=int, default=2)
     args = p.parse_args(argv)

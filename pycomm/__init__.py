@@ -8,18 +8,12 @@ run on a GPU.
     dist.init_process_group("gloo")            # or pycomm's own API beside another backend
     pycomm.all_reduce(t, op="sum")
     model.register_comm_hook(None, pycomm.ring_hook)
+
+The torch-free parts (pycomm.config, pycomm.routing, pycomm.tools.scaling) import
+where torch or the runtime extension pycomm._C cannot load: the runtime's names
+then raise the ImportError that stopped it, at first use (and with torch
+there, importing pycomm warns at once).
 """
-import torch  # noqa: F401  (loads libc10 and friends, which _C links against)
-import torch.distributed  # noqa: F401  (registers c10d's types, which _C's backend uses)
-
-from . import _C, backend
-from .errors import CollectiveMismatch, CommError, CommTimeout
-from .bucketing import allreduce_gradients
-from .comm import Communicator, all_reduce, barrier, destroy, get_communicator, init
-from .hooks import RingState, ring_hook
-
-backend.register()
-
 __all__ = [
     "CollectiveMismatch",
     "CommError",
@@ -36,7 +30,33 @@ __all__ = [
     "ring_hook",
 ]
 
+try:
+    import torch  # noqa: F401  (loads libc10 and friends, which _C links against)
+    import torch.distributed  # noqa: F401  (registers c10d's types, which _C's backend uses)
 
-def cuda_built() -> bool:
-    """Whether pycomm's CUDA sources were compiled into this build."""
-    return _C.cuda_built()
+    from . import _C
+except ImportError as error:
+    _RUNTIME_ERROR = error
+    from ._runtime_missing import runtime_missing
+
+    runtime_missing(error)
+else:
+    _RUNTIME_ERROR = None
+    from . import backend
+    from .errors import CollectiveMismatch, CommError, CommTimeout
+    from .bucketing import allreduce_gradients
+    from .comm import Communicator, all_reduce, barrier, destroy, get_communicator, init
+    from .hooks import RingState, ring_hook
+
+    backend.register()
+
+    def cuda_built() -> bool:
+        """Whether pycomm's CUDA sources were compiled into this build."""
+        return _C.cuda_built()
+
+
+def __getattr__(name):
+    if _RUNTIME_ERROR is not None and name in __all__:
+        raise ImportError(f"pycomm.{name} needs pycomm's runtime, which did not load: "
+                          f"{_RUNTIME_ERROR}") from _RUNTIME_ERROR
+    raise AttributeError(f"module 'pycomm' has no attribute {name!r}")

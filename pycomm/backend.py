@@ -5,13 +5,13 @@
     group = dist.new_group(backend="pycomm")         # each group: its own shared memory
 
 `import pycomm` registers it. Each process group gets a native backend
-(csrc/torch/backend.cpp) over a communicator of its own, set up through the
+(csrc/torch/frontend.h, with the host plan) over a communicator of its own, set up through the
 store torch hands the backend (bounded like every pycomm wait, see
 rendezvous.py), and a gloo backend on a prefixed copy of that store for what
 pycomm does not run itself (send/recv, gather, scatter, bitwise ops).
 
-A group whose ranks span hosts (topology.py) gets the hierarchical backend
-(csrc/torch/hierarchical.h): a communicator over each host's ranks, and a gloo
+A group whose ranks span hosts (topology.py) gets the hierarchical plan
+(csrc/torch/hierarchical_plan.h): a communicator over each host's ranks, and a gloo
 group over the ranks with the same local index on every host for the steps
 between hosts.
 """
@@ -24,7 +24,7 @@ import torch.distributed as dist
 from . import _C
 from .config import communicator_config, timeout_seconds
 from .rendezvous import create_communicator
-from .topology import HostLayout, exchange, leader_max_bytes_setting, piece_bytes_setting
+from .topology import HostLayout, exchange
 
 NAME = "pycomm"
 
@@ -70,9 +70,9 @@ def create_hierarchical_backend(store, prefix: str, layout: HostLayout, rank: in
                                       members.index(host), len(members), timeout)
         fallback = dist.ProcessGroupGloo(dist.PrefixStore(f"{prefix}/fallback/", store), rank,
                                          layout.world, timeout)
+        # Its thresholds are the communicator's settings (PYCOMM_HIER_*).
         return _C.make_hierarchical_backend(comm, inter, fallback, rank,
-                                            [list(h) for h in layout.hosts],
-                                            leader_max_bytes_setting(), piece_bytes_setting())
+                                            [list(h) for h in layout.hosts])
     except BaseException:
         comm.close()
         raise

@@ -13,14 +13,15 @@ from typing import Optional, Union
 import torch
 import torch.distributed as dist
 
+from . import _C, _tables
 from .config import communicator_config, timeout_seconds
 from .rendezvous import create_communicator
 from .topology import exchange
 
 __all__ = ["Communicator", "init", "all_reduce", "barrier", "destroy", "get_communicator"]
 
-_OP_NAMES = ("sum", "avg", "max", "min", "product")
-_ALGORITHMS = ("auto", "ring", "direct", "two_shot")  # two_shot: CUDA tensors only
+_OP_NAMES = _tables.REDUCE_OPS
+_ALGORITHMS = _tables.ALL_REDUCE_ALGORITHMS  # two_shot: CUDA tensors only
 _REDUCE_OPS = {
     dist.ReduceOp.SUM: "sum",
     dist.ReduceOp.AVG: "avg",
@@ -132,7 +133,7 @@ _OPS_BY_NAME = {name: op for op, name in _REDUCE_OPS.items()}
 class _AcrossHosts:
     """The native communicator's face (all_reduce, barrier, close) over pycomm's
     hierarchical backend, for a group whose ranks span hosts: shared memory in
-    each host, gloo between hosts (csrc/torch/hierarchical.h). The algorithm
+    each host, gloo between hosts (csrc/torch/hierarchical_plan.h). The algorithm
     there is chosen by size and layout; `algorithm` is only checked, and
     restore_on_failure does not apply (a failed step is aborted everywhere)."""
 
@@ -143,11 +144,7 @@ class _AcrossHosts:
 
     def all_reduce(self, tensor, op, async_op, algorithm, restore_on_failure=None,
                    python_future=False):
-        if op not in _OPS_BY_NAME:
-            raise ValueError(f"op: unknown reduction '{op}'; expected one of {', '.join(_OP_NAMES)}")
-        if algorithm not in _ALGORITHMS:
-            raise ValueError(f"algorithm: unknown algorithm '{algorithm}'; expected one of "
-                             f"{', '.join(_ALGORITHMS)}")
+        _C.check_all_reduce_names(op, algorithm)  # the one-host communicator's errors
         opts = dist.AllreduceOptions()
         opts.reduceOp = _OPS_BY_NAME[op]
         opts.asyncOp = async_op

@@ -1,41 +1,37 @@
-"""A communicator's settings: pycomm's defaults (csrc/core/tuning.h, the one
-place that states them) overridden by PYCOMM_* environment variables."""
+"""A communicator's settings: the one settings table (csrc/core/settings.h,
+read through pycomm._tables, which needs no torch) with its defaults,
+overridden by each setting's PYCOMM_* environment variable.
+
+    from pycomm import config
+    config.setting("hier_leader_max_bytes")     # 65536, or $PYCOMM_HIER_LEADER_MAX_KB KiB
+    [s.env for s in config.SETTINGS]            # every variable pycomm reads for its settings
+"""
 from __future__ import annotations
 
 import datetime
 import os
+from typing import NamedTuple
 
-from . import _C
-
-# Environment variable -> (setting, factor from the variable's unit to the setting's).
-_ENV = {
-    "PYCOMM_SPIN_US": ("spin_us", 1),
-    "PYCOMM_YIELD_US": ("yield_us", 1),
-    "PYCOMM_DIRECT_KB": ("slot_bytes", 1024),
-    "PYCOMM_RING_BUFFER_KB": ("link_bytes", 1024),
-    "PYCOMM_RING_BUFFERS": ("link_buffers", 1),
-    "PYCOMM_DIRECT_MAX_KB": ("direct_max_bytes", 1024),
-    "PYCOMM_RESTORE_ON_FAILURE": ("restore_on_failure", 1),
-    "PYCOMM_CUDA_BUFFER_MB": ("cuda_buffer_bytes", 1 << 20),
-}
+from . import _tables
 
 
-def timeout_seconds(timeout, default=None) -> float:
-    """`timeout` (seconds or a timedelta), else $PYCOMM_TIMEOUT, else `default`,
-    else pycomm's default."""
-    if timeout is None:
-        raw = os.environ.get("PYCOMM_TIMEOUT")
-        if raw:
-            return _number("PYCOMM_TIMEOUT", raw)
-        if default is not None:
-            return float(default)
-        return float(_C.default_config(1, 1)["timeout_s"])
-    if isinstance(timeout, datetime.timedelta):
-        timeout = timeout.total_seconds()
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise ValueError(f"timeout: expected a positive number of seconds or a timedelta, "
-                         f"got {timeout!r}")
-    return float(timeout)
+class Setting(NamedTuple):
+    name: str    # the config dict's key
+    field: str   # where it lives in the C++ CommConfig
+    env: str     # the environment variable that overrides it
+    unit: str    # that variable's unit
+    factor: int  # from the variable's unit to the setting's
+    type: str    # "int", "float" or "bool"
+    why: str
+
+
+SETTINGS = tuple(Setting(**row) for row in _tables.settings())
+_BY_NAME = {s.name: s for s in SETTINGS}
+_CAST = {"int": int, "float": float, "bool": bool}
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0))
 
 
 def _number(name: str, raw: str) -> float:
@@ -45,14 +41,48 @@ def _number(name: str, raw: str) -> float:
         raise ValueError(f"{name}: expected a number, got {raw!r}") from None
 
 
+def _from_env(s: Setting):
+    """The value $s.env gives the setting, or None when it is unset."""
+    raw = os.environ.get(s.env)
+    if not raw:
+        return None
+    return _CAST[s.type](_number(s.env, raw) * s.factor)
+
+
+def setting(name: str, world: int = 2):
+    """The value a communicator of `world` ranks on this host gets for setting `name`."""
+    s = _BY_NAME.get(name)
+    if s is None:
+        raise ValueError(f"name: unknown setting {name!r}; expected one of {', '.join(_BY_NAME)}")
+    value = _from_env(s)
+    return _tables.default_config(world, _cores())[name] if value is None else value
+
+
+def timeout_seconds(timeout, default=None) -> float:
+    """`timeout` (seconds or a timedelta), else $PYCOMM_TIMEOUT, else `default`,
+    else pycomm's default."""
+    if timeout is None:
+        value = _from_env(_BY_NAME["timeout_s"])
+        if value is not None:
+            return value
+        if default is not None:
+            return float(default)
+        return float(_tables.default_config(1, 1)["timeout_s"])
+    if isinstance(timeout, datetime.timedelta):
+        timeout = timeout.total_seconds()
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f"timeout: expected a positive number of seconds or a timedelta, "
+                         f"got {timeout!r}")
+    return float(timeout)
+
+
 def communicator_config(world: int, timeout_s: float) -> dict:
-    """The settings for a communicator of `world` ranks (PYCOMM_TIMEOUT is read
-    by timeout_seconds, which the caller resolves first)."""
-    config = _C.default_config(world, len(os.sched_getaffinity(0)))
-    for env, (key, factor) in _ENV.items():
-        raw = os.environ.get(env)
-        if raw:
-            value = _number(env, raw) * factor
-            config[key] = bool(value) if isinstance(config[key], bool) else type(config[key])(value)
+    """The settings for a communicator of `world` ranks (the timeout is resolved
+    by timeout_seconds, which the caller runs first)."""
+    config = _tables.default_config(world, _cores())
+    for s in SETTINGS:
+        value = _from_env(s)
+        if value is not None:
+            config[s.name] = value
     config["timeout_s"] = timeout_s
     return config

@@ -6,7 +6,7 @@ and a host's ranks by their rank in the group (their local rank). torchrun's
 LOCAL_WORLD_SIZE is a cross-check: a layout that disagrees with it gets a
 warning, since the identities decide. A group on one host runs pycomm's
 shared-memory collectives as they are; one that spans hosts runs them
-hierarchically (csrc/torch/hierarchical.h).
+hierarchically (csrc/torch/hierarchical_plan.h).
 """
 from __future__ import annotations
 
@@ -15,13 +15,11 @@ import warnings
 from dataclasses import dataclass
 from typing import List, Sequence, Tuple
 
-from . import _C
+from . import routing
 from .rendezvous import _Rendezvous
 
-
-def _default(key: str) -> int:
-    """A default of csrc/core/tuning.h (the one place that states them)."""
-    return int(_C.default_config(2, len(os.sched_getaffinity(0)))[key])
+# The sizes at which plan() shows the all-reduce's route.
+_PLAN_SIZES = (4 << 10, 64 << 10, 1 << 20, 64 << 20)
 
 
 @dataclass(frozen=True)
@@ -54,15 +52,20 @@ class HostLayout:
     def local_rank(self, rank: int) -> int:
         return self.hosts[self.host_of(rank)].index(rank)
 
+    def route(self, collective: str, nbytes: int = 0, itemsize: int = 4,
+              leader_max_bytes: int | None = None) -> routing.Route:
+        """The backend's route for `collective` with `nbytes` per rank's input, as rank 0
+        of this layout sees it (the routing table, pycomm/routing.py)."""
+        return routing.route(collective, hosts=len(self.hosts), local_size=len(self.hosts[0]),
+                             uniform=self.uniform, count=nbytes // itemsize, itemsize=itemsize,
+                             leader_max_bytes=leader_max_bytes)
+
     def all_reduce_algorithm(self, nbytes: int, itemsize: int = 4,
                              leader_max_bytes: int | None = None) -> str:
-        """What the backend runs for an all-reduce of `nbytes`: flat ring/direct
-        on one host; leader or rs-ar-ag across hosts."""
-        if len(self.hosts) == 1:
-            return "shared memory (one host)"
-        limit = leader_max_bytes if leader_max_bytes is not None else leader_max_bytes_setting()
-        return _C.hierarchical_all_reduce_algorithm(self.uniform, len(self.hosts[0]),
-                                                    nbytes // itemsize, nbytes, limit)
+        """What the backend runs for an all-reduce of `nbytes`: on one host
+        "shared memory (direct)" or "(ring)"; across hosts leader or rs-ar-ag."""
+        r = self.route("all_reduce", nbytes, itemsize, leader_max_bytes)
+        return f"shared memory ({r.algorithm})" if r.plan == "host" else r.algorithm
 
     def describe(self) -> List[str]:
         lines = [f"{len(self.hosts)} host(s), {self.world} rank(s)"
@@ -71,47 +74,30 @@ class HostLayout:
             lines.append(f"  {name}: ranks {', '.join(map(str, ranks))}")
         return lines
 
-
     def plan(self, leader_max_bytes: int | None = None) -> List[str]:
-        """What the backend runs on this layout, collective by collective."""
-        if len(self.hosts) == 1:
-            return ["every collective: pycomm's shared memory (one host)"]
-        limit = leader_max_bytes if leader_max_bytes is not None else leader_max_bytes_setting()
-        if self.uniform:
-            return [f"all_reduce: leader (reduce to each host's first rank, gloo among leaders, "
-                    f"broadcast) up to {limit} B; rs-ar-ag above (shared-memory reduce-scatter, "
-                    f"gloo all-reduce of a 1/{len(self.hosts[0])} shard per local index, "
-                    f"shared-memory all-gather)",
-                    "all_gather, reduce_scatter: hierarchical (gloo per local index)",
-                    "broadcast, reduce: hierarchical (through each host's first rank)",
-                    "all_to_all: gloo over the whole group"]
-        return ["all_reduce: leader at every size (the hosts have different rank counts: "
-                "rs-ar-ag needs the same on every host)",
-                "all_gather, reduce_scatter: gloo over the whole group (uneven hosts)",
-                "broadcast, reduce: hierarchical (through each host's first rank)",
-                "all_to_all: gloo over the whole group"]
+        """What the backend runs on this layout, collective by collective, read from
+        the routing table: the all-reduce at a few sizes, then what each route does."""
+        sizes = ", ".join(f"{_size(n)} {self.route('all_reduce', n, 4, leader_max_bytes).algorithm}"
+                          for n in _PLAN_SIZES)
+        lines = [f"all_reduce: {sizes}"]
+        used = {self.route("all_reduce", n, 4, leader_max_bytes) for n in _PLAN_SIZES}
+        for c in ("all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "barrier"):
+            r = self.route(c, 1 << 20, 4, leader_max_bytes)
+            used.add(r)
+            lines.append(f"{c}: {r.algorithm} ({r.plan})")
+        lines += [f"  {r.algorithm}: {routing.DESCRIPTIONS[r.algorithm]}"
+                  for r in sorted(used)]
+        return lines
+
+
+def _size(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
 
 
 def expected_layout(world: int, per_host: int) -> HostLayout:
     """The layout torchrun gives `world` ranks at `per_host` a host (the last may have fewer)."""
     hosts = [tuple(range(s, min(s + per_host, world))) for s in range(0, world, per_host)]
     return HostLayout(tuple(hosts), tuple(f"host {i}" for i in range(len(hosts))))
-
-
-def leader_max_bytes_setting() -> int:
-    raw = os.environ.get("PYCOMM_HIER_LEADER_MAX_KB")
-    try:
-        return int(float(raw) * 1024) if raw else _default("hier_leader_max_bytes")
-    except ValueError:
-        raise ValueError(f"PYCOMM_HIER_LEADER_MAX_KB: expected a number, got {raw!r}") from None
-
-
-def piece_bytes_setting() -> int:
-    raw = os.environ.get("PYCOMM_HIER_PIECE_KB")
-    try:
-        return max(1, int(float(raw) * 1024)) if raw else _default("hier_piece_bytes")
-    except ValueError:
-        raise ValueError(f"PYCOMM_HIER_PIECE_KB: expected a number, got {raw!r}") from None
 
 
 def exchange(store, prefix: str, rank: int, world: int, timeout_s: float, what: str) -> HostLayout:

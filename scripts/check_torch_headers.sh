@@ -12,8 +12,8 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 [ $# -gt 0 ] || { echo "usage: $0 VERSION [VERSION...]" >&2; exit 2; }
 
-ninja_file=$(ls build/temp.*/build.ninja 2>/dev/null | head -n 1)
-[ -n "$ninja_file" ] || { echo "check_torch_headers: no build/temp.*/build.ninja; run scripts/setup.sh first" >&2; exit 1; }
+ninja_file=$(ls build/temp.*/pycomm._C/build.ninja 2>/dev/null | head -n 1)
+[ -n "$ninja_file" ] || { echo "check_torch_headers: no build/temp.*/pycomm._C/build.ninja; run scripts/setup.sh first" >&2; exit 1; }
 cflags=$(sed -n 's/^cflags = //p' "$ninja_file" | sed 's/ -c$//')
 post_cflags=$(sed -n 's/^post_cflags = //p' "$ninja_file")
 # The real build's torch include directories, which the other release's replace.

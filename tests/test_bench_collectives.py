@@ -9,7 +9,6 @@ import importlib.util
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +20,8 @@ import pycomm  # noqa: F401  (registers the backend, once it exists)
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "bench" / "collectives_perf.py"
+sys.path.insert(0, str(SCRIPT.parent))
+from harness.launch import run_in_session  # noqa: E402
 COLLECTIVES = ["all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all"]
 SIZES = [8, 1024]
 HAS_BACKEND = "pycomm" in dist.Backend.backend_list
@@ -35,16 +36,11 @@ def sweep(tmp_path_factory):
            "--rounds", "1", "--min-time", "0.005", "--min-iters", "2", "--warmup", "1",
            "--no-deepspeed", "--json", str(out / "c.json")]
     # Its own session, so that a hang is ended with every rank (and mpirun) it started.
-    proc = subprocess.Popen(cmd, cwd=out, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        stdout, stderr = proc.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        stdout, stderr = proc.communicate()
+    returncode, stdout, stderr = run_in_session(cmd, 120, cwd=out, env=env)
+    if returncode is None:
         pytest.fail(f"collectives_perf.py did not finish in 120 s\nstdout:\n{stdout}\n"
                     f"stderr:\n{stderr[-4000:]}")
-    assert proc.returncode == 0, f"stdout:\n{stdout}\nstderr:\n{stderr[-4000:]}"
+    assert returncode == 0, f"stdout:\n{stdout}\nstderr:\n{stderr[-4000:]}"
     return json.loads((out / "c.json").read_text()), stdout
 
 

@@ -5,10 +5,8 @@ One run serves every check (spawning ranks costs seconds on a 2-core host). On C
 every mode must run; `backend` once `import pycomm` registers the "pycomm" backend (until
 then it must say why it is unavailable).
 """
-import json
 import math
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -17,9 +15,12 @@ import pytest
 import torch.distributed as dist
 
 import pycomm  # noqa: F401  (registers the backend, once it exists)
+from pycomm.tools import results_schema
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "bench" / "ddp_resnet50.py"
+sys.path.insert(0, str(SCRIPT.parent))
+from harness.launch import run_in_session  # noqa: E402
 HOOKED = ["stock", "ring", "ring-bf16"]          # timed through a comm hook
 MODES = ["no-comm", *HOOKED, "backend"]
 HAS_BACKEND = "pycomm" in dist.Backend.backend_list
@@ -36,22 +37,19 @@ def tiny_run(tmp_path_factory):
            "--modes", ",".join(MODES), "--json", str(out / "ddp.json"),
            "--plot", str(out / "ddp.png")]
     # Its own session, so that a hang is ended with every rank it spawned.
-    proc = subprocess.Popen(cmd, cwd=out, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        stdout, stderr = proc.communicate(timeout=150)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        stdout, stderr = proc.communicate()
+    returncode, stdout, stderr = run_in_session(cmd, 150, cwd=out, env=env)
+    if returncode is None:
         pytest.fail(f"ddp_resnet50.py did not finish in 150 s\nstdout:\n{stdout}\n"
                     f"stderr:\n{stderr[-4000:]}")
-    assert proc.returncode == 0, f"stdout:\n{stdout}\nstderr:\n{stderr[-4000:]}"
-    return out, subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+    assert returncode == 0, f"stdout:\n{stdout}\nstderr:\n{stderr[-4000:]}"
+    return out, subprocess.CompletedProcess(cmd, returncode, stdout, stderr)
 
 
 def test_json_schema(tiny_run):
     out, _ = tiny_run
-    records = json.loads((out / "ddp.json").read_text())
+    doc = results_schema.load(out / "ddp.json")
+    assert doc["meta"]["command"].startswith("python") and doc["meta"]["date"]
+    records = doc["rows"]
     assert isinstance(records, list)
     by_mode = {r["mode"]: r for r in records}
     assert set(by_mode) == {"baseline", *MODES}
@@ -119,11 +117,8 @@ def test_sync_bn_refused_on_cpu():
 
 
 def test_default_modes():
-    sys.path.insert(0, str(SCRIPT.parent))
-    try:
-        import ddp_resnet50
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
+    import ddp_resnet50
+
     args = ddp_resnet50.parse_args([])
     # no-comm is the ceiling every default run measures; backend and ring are judged by it.
     assert args.modes[0] == "no-comm"

@@ -1,11 +1,17 @@
-"""The scaling model (pycomm/tools/scaling.py): the ring formula, limits, monotonicity, presets,
-calibration."""
+"""The scaling model (pycomm/tools/scaling/): the ring formula, limits, monotonicity, presets,
+calibration, the backend's routing, and running without torch."""
 import json
 import math
+import os
+import subprocess
+import sys
+import textwrap
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
+from pycomm import routing
 from pycomm.tools import scaling
 from pycomm.tools.scaling import (MIB, Cluster, Interconnect, Sync, Workload,
                                   bucketed_allreduce_time, calibrate, compare_with_measurement,
@@ -105,25 +111,25 @@ def test_textbook_nvlink_explains_little_of_the_gap():
     assert p.comm_s < on_pcie.comm_s < 0.2 * gap
 
 
-def test_preset_notes_quote_the_prediction():
-    sc = scaling.get_preset("resnet50-4xa100")
-    p = sc.predict()
+# The figures each preset's notes must quote, from its prediction p and its sync s.
+NOTE_FIGURES = {
+    "resnet50-4xa100": lambda p, s: (
+        f"{p.steps_per_epoch} steps", f"{p.epoch_s:.1f} s", f"{p.epoch_speedup:.3f}",
+        f"{p.epoch_efficiency:.1%}", f"{p.transfer_s * 1e3:.3f} ms", f"{p.comm_s * 1e3:.3f} ms"),
+    "resnet50-32gpu-nccl-ib": lambda p, s: (
+        f"{p.step_s:.3f} s", f"{p.comm_s * 1e3:.1f} ms", f"{p.comm_fraction:.1%}",
+        f"{p.exposed_s * 1e3:.1f} ms exposed", f"{p.overhead_s * 1e3:.0f} ms"),
+    "resnet50-32gpu-gloo-ethernet": lambda p, s: (
+        f"{p.step_s:.3f} s", f"{p.comm_s:.3f} s", f"{p.hidden_s:.3f}",
+        f"{p.exposed_s:.3f} exposed", f"overlap {s.overlap:.0%}"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NOTE_FIGURES))
+def test_preset_notes_quote_the_prediction(name):
+    sc = scaling.get_preset(name)
     text = "\n".join(sc.notes)
-    for figure in (f"{p.steps_per_epoch} steps", f"{p.epoch_s:.1f} s",
-                   f"{p.epoch_speedup:.3f}", f"{p.epoch_efficiency:.1%}",
-                   f"{p.transfer_s * 1e3:.3f} ms", f"{p.comm_s * 1e3:.3f} ms"):
-        assert figure in text, figure
-    sc = scaling.get_preset("resnet50-32gpu-nccl-ib")
-    p = sc.predict()
-    text = "\n".join(sc.notes)
-    for figure in (f"{p.step_s:.3f} s", f"{p.comm_s * 1e3:.1f} ms", f"{p.comm_fraction:.1%}",
-                   f"{p.exposed_s * 1e3:.1f} ms exposed", f"{p.overhead_s * 1e3:.0f} ms"):
-        assert figure in text, figure
-    sc = scaling.get_preset("resnet50-32gpu-gloo-ethernet")
-    p = sc.predict()
-    text = "\n".join(sc.notes)
-    for figure in (f"{p.step_s:.3f} s", f"{p.comm_s:.3f} s", f"{p.hidden_s:.3f}",
-                   f"{p.exposed_s:.3f} exposed", f"overlap {sc.sync.overlap:.0%}"):
+    for figure in NOTE_FIGURES[name](sc.predict(), sc.sync):
         assert figure in text, figure
 
 
@@ -452,7 +458,8 @@ def test_hierarchical_time_is_its_three_steps():
         pytest.approx(intra + own_nics)
     leader = ring_allreduce_time(size, h, ETH.alpha_s, ETH.bandwidth_Bps)
     assert scaling.hierarchical_allreduce_time(size, h, per, NVLINK, ETH,
-                                               leader_max_bytes=size) == pytest.approx(intra + leader)
+                                               leader_max_bytes=size) == \
+        pytest.approx(intra + leader)
 
 
 def test_hierarchy_limits():
@@ -524,3 +531,117 @@ def test_hierarchical_calibration_costs_the_leader_form_on_the_leaders_sweep():
     _, _, errors = scaling.calibrate_hierarchical(rows, lo=4 << 10)
     # Without the sweep the leader sizes are costed on the shards' slower link.
     assert all(e > 0.5 for size, _, _, e in errors if size <= 64 << 10), errors
+
+
+# --------------------------------------------------------------------------- the backend's route
+# The model costs the form the backend's routing table picks (pycomm.routing), never its own
+# rule. LEADERS differs from ETH so that the leader and rs-ar-ag forms never cost the same.
+
+LEADERS = Interconnect("leaders", 30e-6, 2e9)
+
+
+def hierarchical_forms(size, hosts, per, nics):
+    """(one host's ring, the leader form, the rs-ar-ag form), costed here."""
+    intra = ring_allreduce_time(size, per, NVLINK.alpha_s, NVLINK.bandwidth_Bps)
+    leader = intra + ring_allreduce_time(size, hosts, LEADERS.alpha_s, LEADERS.bandwidth_Bps)
+    share = ETH.bandwidth_Bps * min(nics, per) / per
+    return intra, leader, intra + ring_allreduce_time(size / per, hosts, ETH.alpha_s, share)
+
+
+@pytest.mark.parametrize("uniform", [True, False])
+@pytest.mark.parametrize("per", [1, 2, 3, 8])
+@pytest.mark.parametrize("hosts", [1, 2, 4])
+def test_hierarchical_form_is_the_backends_route(hosts, per, uniform):
+    for limit in (0, 64 << 10, None):          # None: the backend's setting
+        for size in (4, 8, 28, 32, 4096, 64 << 10, (64 << 10) + 4, MIB, 64 * MIB):
+            route = routing.all_reduce_route(hosts=hosts, local_size=per, nbytes=size,
+                                             uniform=uniform, leader_max_bytes=limit)
+            intra, leader, rs_ar_ag = hierarchical_forms(size, hosts, per, nics=2)
+            if route.plan == "host":
+                expected = intra
+            else:
+                assert leader != pytest.approx(rs_ar_ag, rel=1e-9)
+                expected = {"leader": leader, "rs-ar-ag": rs_ar_ag}[route.algorithm]
+            got = scaling.hierarchical_allreduce_time(size, hosts, per, NVLINK, ETH,
+                                                      nics_per_host=2, leader_max_bytes=limit,
+                                                      leaders=LEADERS, uniform=uniform)
+            assert got == pytest.approx(expected, rel=1e-12), (limit, size, route)
+
+
+def test_model_follows_the_backend_where_its_old_rule_did_not():
+    # Above the leader threshold with fewer elements than ranks per host (4 floats, 8 ranks):
+    # there is no 1/L shard to reduce, so the backend runs leader.
+    assert routing.all_reduce_route(hosts=2, local_size=8, nbytes=16,
+                                    leader_max_bytes=0).algorithm == "leader"
+    _, leader, _ = hierarchical_forms(16, 2, 8, nics=1)
+    assert scaling.hierarchical_allreduce_time(16, 2, 8, NVLINK, ETH, leader_max_bytes=0,
+                                               leaders=LEADERS) == pytest.approx(leader)
+    # Hosts with different rank counts: leader at every size.
+    _, leader, rs_ar_ag = hierarchical_forms(64 * MIB, 4, 8, nics=8)
+    assert scaling.hierarchical_allreduce_time(64 * MIB, 4, 8, NVLINK, ETH, nics_per_host=8,
+                                               leaders=LEADERS, uniform=True) == \
+        pytest.approx(rs_ar_ag)
+    assert scaling.hierarchical_allreduce_time(64 * MIB, 4, 8, NVLINK, ETH, nics_per_host=8,
+                                               leaders=LEADERS, uniform=False) == \
+        pytest.approx(leader)
+
+
+def test_hierarchy_table_routes_by_the_backends_threshold_and_layout(monkeypatch):
+    monkeypatch.setenv("PYCOMM_HIER_LEADER_MAX_KB", "64")
+    size = 64 << 10            # at the threshold: leader, whole messages between hosts
+    [(_, _, hier, _)] = scaling.hierarchy_table(Cluster(32, 8, NVLINK, ETH), [size], 8)
+    intra = ring_allreduce_time(size, 8, NVLINK.alpha_s, NVLINK.bandwidth_Bps)
+    assert hier == pytest.approx(intra + ring_allreduce_time(size, 4, ETH.alpha_s,
+                                                             ETH.bandwidth_Bps))
+    monkeypatch.setenv("PYCOMM_HIER_LEADER_MAX_KB", "1")
+    [(_, _, hier, _)] = scaling.hierarchy_table(Cluster(32, 8, NVLINK, ETH), [size], 8)
+    assert hier == pytest.approx(intra + ring_allreduce_time(size / 8, 4, ETH.alpha_s,
+                                                             ETH.bandwidth_Bps))
+    # 30 ranks at 8 a host: the last host holds 6, so the backend runs leader.
+    uneven = Cluster(30, 8, NVLINK, ETH)
+    assert not uneven.uniform and uneven.hosts == 4
+    [(_, _, hier, _)] = scaling.hierarchy_table(uneven, [size], 8)
+    assert hier == pytest.approx(intra + ring_allreduce_time(size, 4, ETH.alpha_s,
+                                                             ETH.bandwidth_Bps))
+
+
+# --------------------------------------------------------------------------- without torch
+
+REPO = Path(__file__).resolve().parent.parent
+
+# Runs in a fresh interpreter where torch and pycomm's extension cannot be imported at all.
+_WITHOUT_TORCH = textwrap.dedent("""
+    import importlib.abc, json, sys
+
+    class Blocked(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name == "torch" or name.startswith("torch.") or name == "pycomm._C":
+                raise ImportError(f"{name} is blocked in this test")
+            return None
+
+    sys.meta_path.insert(0, Blocked())
+    from pycomm.tools import scaling
+
+    c = scaling.calibrate(sys.argv[1])
+    link = c.interconnect()
+    p = scaling.predict(scaling.RESNET50, scaling.Cluster(16, 8, link, link), scaling.Sync())
+    hier = scaling.hierarchical_allreduce_time(scaling.MIB, 2, 8, link, link)
+    print(json.dumps({"alpha_s": c.alpha_s, "bandwidth_Bps": c.bandwidth_Bps,
+                      "step_s": p.step_s, "hier_s": hier,
+                      "torch": "torch" in sys.modules, "_C": "pycomm._C" in sys.modules}))
+""")
+
+
+def test_runs_where_torch_and_the_extension_cannot_load(tmp_path):
+    path = tmp_path / "allreduce.json"
+    path.write_text(json.dumps({"meta": {"schema": 1}, "rows": synthetic_rows(10e-6, 4e9)}))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    proc = subprocess.run([sys.executable, "-c", _WITHOUT_TORCH, str(path)], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["alpha_s"] == pytest.approx(10e-6, rel=1e-9)
+    assert out["bandwidth_Bps"] == pytest.approx(4e9, rel=1e-9)
+    assert out["step_s"] > scaling.RESNET50.step_compute_s and out["hier_s"] > 0
+    assert not out["torch"] and not out["_C"]

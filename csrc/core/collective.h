@@ -97,6 +97,11 @@ inline const char* algorithm_name(uint32_t a) {
   return "unknown";
 }
 
+// The algorithms pycomm.all_reduce takes by name, in the order errors list
+// them (two_shot: CUDA tensors only).
+inline constexpr Algorithm kAllReduceAlgorithms[] = {Algorithm::kAuto, Algorithm::kRing,
+                                                     Algorithm::kDirect, Algorithm::kTwoShot};
+
 inline std::string describe(const Fingerprint& fp) {
   std::ostringstream os;
   os << kind_name(fp.kind);

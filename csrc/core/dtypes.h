@@ -69,4 +69,8 @@ inline const char* op_name(ReduceOp op) {
   return "unknown";
 }
 
+// The reductions pycomm.all_reduce takes by name, in the order errors list them.
+inline constexpr ReduceOp kReduceOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax,
+                                          ReduceOp::kMin, ReduceOp::kProduct};
+
 }  // namespace pycomm::core

@@ -3,7 +3,7 @@
 // torch Future for each. A synchronous call that finds the communicator idle
 // runs in the caller's thread instead, which keeps a small all-reduce at a few
 // microseconds. Used by pycomm.Communicator (module.cpp) and by the c10d
-// backend (backend.cpp).
+// backend (frontend.cpp).
 //
 // No Python here: the c10d backend calls in from DDP's threads, which do not
 // hold the GIL. The binding layer releases the GIL around blocking calls.

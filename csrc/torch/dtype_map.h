@@ -27,17 +27,25 @@ inline bool to_core_dtype(at::ScalarType t, core::DType* out) {
   }
 }
 
+// The core's dtype of a tensor whose dtype was checked already (tensor_checks.h).
+inline core::DType dtype_of(const at::Tensor& t) {
+  core::DType d = core::DType::kFloat32;
+  TORCH_CHECK(to_core_dtype(t.scalar_type(), &d), "pycomm: unchecked dtype ", t.scalar_type());
+  return d;
+}
+
 inline constexpr const char* kSupportedDtypes =
     "float32, float64, float16, bfloat16, int8, uint8, int32, int64";
 
+// A name of core::kReduceOps (pycomm.all_reduce's op="sum", ...).
 inline bool to_core_op(const std::string& s, core::ReduceOp* out) {
-  if (s == "sum") *out = core::ReduceOp::kSum;
-  else if (s == "avg") *out = core::ReduceOp::kAvg;
-  else if (s == "max") *out = core::ReduceOp::kMax;
-  else if (s == "min") *out = core::ReduceOp::kMin;
-  else if (s == "product") *out = core::ReduceOp::kProduct;
-  else return false;
-  return true;
+  for (core::ReduceOp op : core::kReduceOps) {
+    if (s == core::op_name(op)) {
+      *out = op;
+      return true;
+    }
+  }
+  return false;
 }
 
 // c10d's ReduceOp. PREMUL_SUM becomes a sum of inputs scaled first (*premul
@@ -58,13 +66,23 @@ inline bool to_core_op(const c10d::ReduceOp& op, core::ReduceOp* out, bool* prem
   }
 }
 
+// A name of core::kAllReduceAlgorithms (algorithm="ring", ...).
 inline bool to_core_algorithm(const std::string& s, core::Algorithm* out) {
-  if (s == "auto") *out = core::Algorithm::kAuto;
-  else if (s == "ring") *out = core::Algorithm::kRing;
-  else if (s == "direct") *out = core::Algorithm::kDirect;
-  else if (s == "two_shot") *out = core::Algorithm::kTwoShot;  // CUDA tensors only
-  else return false;
-  return true;
+  for (core::Algorithm a : core::kAllReduceAlgorithms) {
+    if (s == core::algorithm_name(uint32_t(a))) {
+      *out = a;
+      return true;
+    }
+  }
+  return false;
+}
+
+// "a, b, c": the names an error lists.
+template <typename Range, typename NameOf>
+std::string joined_names(const Range& items, NameOf name_of) {
+  std::string out;
+  for (const auto& x : items) out += (out.empty() ? "" : ", ") + std::string(name_of(x));
+  return out;
 }
 
 }  // namespace pycomm

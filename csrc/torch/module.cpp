@@ -14,11 +14,12 @@
 #include "../core/transport/shm_segment.h"
 #include "../core/tuning.h"
 #include "../cuda/all_reduce_args.h"
-#include "backend.h"
 #include "communicator.h"
 #include "cuda_path.h"
 #include "dtype_map.h"
-#include "hierarchical.h"
+#include "frontend.h"
+#include "hierarchical_plan.h"
+#include "host_plan.h"
 #include "tensor_checks.h"
 
 namespace py = pybind11;
@@ -65,6 +66,18 @@ struct ReleaseGilAndDelete {
   }
 };
 
+// pycomm.all_reduce's op and algorithm by name, for a communicator on one
+// host and across hosts (pycomm/comm.py) alike.
+void parse_names(const std::string& op, const std::string& algorithm, core::AllReduceArgs* a) {
+  TORCH_CHECK_VALUE(to_core_op(op, &a->op), "op: unknown reduction '", op, "'; expected one of ",
+                    joined_names(core::kReduceOps, core::op_name));
+  TORCH_CHECK_VALUE(to_core_algorithm(algorithm, &a->algorithm), "algorithm: unknown algorithm '",
+                    algorithm, "'; expected one of ",
+                    joined_names(core::kAllReduceAlgorithms,
+                                 [](core::Algorithm x) { return core::algorithm_name(uint32_t(x)); }),
+                    " (two_shot: CUDA tensors only)");
+}
+
 // python_future: the async future holds the tensor as a Python object, which
 // DDP's Python hook interface requires (made on the worker under the GIL, so
 // the hook needs no Python callback to convert it); else a C++ tensor.
@@ -72,10 +85,7 @@ py::object all_reduce(Communicator& comm, const at::Tensor& tensor, const std::s
                       bool async_op, const std::string& algorithm,
                       std::optional<bool> restore_on_failure, bool python_future) {
   core::AllReduceArgs a;
-  TORCH_CHECK_VALUE(to_core_op(op, &a.op), "op: unknown reduction '", op,
-                    "'; expected one of sum, avg, max, min, product");
-  TORCH_CHECK_VALUE(to_core_algorithm(algorithm, &a.algorithm), "algorithm: unknown algorithm '",
-                    algorithm, "'; expected one of auto, ring, direct, two_shot (CUDA)");
+  parse_names(op, algorithm, &a);
   a.dtype = check_tensor(tensor, "tensor", /*cuda_ok=*/true);
   check_op_for_dtype(a.op, false, a.dtype);
   a.data = tensor.data_ptr();
@@ -119,19 +129,12 @@ py::object all_reduce(Communicator& comm, const at::Tensor& tensor, const std::s
   return py::cast(PyWork(std::move(item)));
 }
 
+// The config dict's keys and fields: the settings table (csrc/core/settings.h).
 py::dict config_dict(const core::CommConfig& c) {
   py::dict d;
-  d["timeout_s"] = c.wait.timeout_s;
-  d["spin_us"] = c.wait.spin_us;
-  d["yield_us"] = c.wait.yield_us;
-  d["slot_bytes"] = c.data.slot_bytes;
-  d["link_bytes"] = c.data.link_bytes;
-  d["link_buffers"] = c.data.link_buffers;
-  d["direct_max_bytes"] = c.tuning.direct_max_bytes;
-  d["restore_on_failure"] = c.tuning.restore_on_failure;
-  d["cuda_buffer_bytes"] = c.tuning.cuda_buffer_bytes;
-  d["hier_leader_max_bytes"] = c.hierarchy.leader_max_bytes;
-  d["hier_piece_bytes"] = c.hierarchy.piece_bytes;
+#define PYCOMM_TO_DICT(name, field, env, unit, factor, value, why) d[#name] = c.field;
+  PYCOMM_SETTINGS(PYCOMM_TO_DICT)
+#undef PYCOMM_TO_DICT
   return d;
 }
 
@@ -140,18 +143,14 @@ core::CommConfig config_from(int world, const py::dict& d) {
   for (auto item : d) {
     const std::string key = py::str(item.first);
     py::handle v = item.second;
-    if (key == "timeout_s") c.wait.timeout_s = v.cast<double>();
-    else if (key == "spin_us") c.wait.spin_us = v.cast<double>();
-    else if (key == "yield_us") c.wait.yield_us = v.cast<double>();
-    else if (key == "slot_bytes") c.data.slot_bytes = v.cast<size_t>();
-    else if (key == "link_bytes") c.data.link_bytes = v.cast<size_t>();
-    else if (key == "link_buffers") c.data.link_buffers = v.cast<size_t>();
-    else if (key == "direct_max_bytes") c.tuning.direct_max_bytes = v.cast<size_t>();
-    else if (key == "restore_on_failure") c.tuning.restore_on_failure = v.cast<bool>();
-    else if (key == "cuda_buffer_bytes") c.tuning.cuda_buffer_bytes = v.cast<size_t>();
-    else if (key == "hier_leader_max_bytes") c.hierarchy.leader_max_bytes = v.cast<size_t>();
-    else if (key == "hier_piece_bytes") c.hierarchy.piece_bytes = v.cast<size_t>();
-    else throw py::value_error("config: unknown setting '" + key + "'");
+#define PYCOMM_FROM_DICT(name, field, env, unit, factor, value, why) \
+  if (key == #name) {                                                \
+    c.field = v.cast<decltype(c.field)>();                           \
+    continue;                                                        \
+  }
+    PYCOMM_SETTINGS(PYCOMM_FROM_DICT)
+#undef PYCOMM_FROM_DICT
+    throw py::value_error("config: unknown setting '" + key + "'");
   }
   return c;
 }
@@ -237,31 +236,38 @@ PYBIND11_MODULE(_C, m) {
 
   m.def("make_backend",
         [](std::shared_ptr<Communicator> comm, c10::intrusive_ptr<c10d::Backend> fallback) {
-          return c10::intrusive_ptr<c10d::Backend>(
-              c10::make_intrusive<Backend>(std::move(comm), std::move(fallback)));
+          const int rank = comm->rank(), world = comm->world();
+          auto plan = std::make_unique<HostPlan>(world, comm->config());
+          return c10::intrusive_ptr<c10d::Backend>(c10::make_intrusive<Backend>(
+              rank, world, std::move(comm), std::move(plan), std::move(fallback)));
         },
         py::arg("communicator"), py::arg("fallback"),
         "The c10d backend over `communicator`, forwarding what it does not run to `fallback`.");
   m.def("make_hierarchical_backend",
         [](std::shared_ptr<Communicator> comm, c10::intrusive_ptr<c10d::Backend> inter,
-           c10::intrusive_ptr<c10d::Backend> fallback, int rank, std::vector<std::vector<int>> hosts,
-           size_t leader_max_bytes, size_t piece_bytes) {
+           c10::intrusive_ptr<c10d::Backend> fallback, int rank, std::vector<std::vector<int>> hosts) {
           HostLayout layout(rank, std::move(hosts));
-          return c10::intrusive_ptr<c10d::Backend>(c10::make_intrusive<HierarchicalBackend>(
-              std::move(layout), std::move(comm), std::move(inter), std::move(fallback),
-              leader_max_bytes, piece_bytes));
+          TORCH_CHECK_VALUE(comm->world() == layout.local_size() && comm->rank() == layout.local_rank,
+                            "communicator: rank ", comm->rank(), " of ", comm->world(), ", expected ",
+                            layout.local_rank, " of ", layout.local_size(), " (this host's ranks)");
+          const int world = layout.world();
+          auto plan = std::make_unique<HierarchicalPlan>(std::move(layout), std::move(inter), fallback,
+                                                         comm->config());
+          return c10::intrusive_ptr<c10d::Backend>(c10::make_intrusive<Backend>(
+              rank, world, std::move(comm), std::move(plan), std::move(fallback)));
         },
         py::arg("communicator"), py::arg("inter"), py::arg("fallback"), py::arg("rank"),
-        py::arg("hosts"), py::arg("leader_max_bytes"), py::arg("piece_bytes"),
+        py::arg("hosts"),
         "The c10d backend of a group that spans hosts: `communicator` over this host's ranks, "
-        "`inter` over the ranks with this rank's local index on every host, `fallback` over all.");
-  m.def("hierarchical_all_reduce_algorithm", &HierarchicalBackend::all_reduce_algorithm,
-        py::arg("uniform"), py::arg("local_size"), py::arg("count"), py::arg("bytes"),
-        py::arg("leader_max_bytes"),
-        "Which all-reduce a group that spans hosts runs for a message: leader or rs-ar-ag.");
-  m.def("default_config",
-        [](int world, int cores) { return config_dict(core::default_config(world, cores)); },
-        py::arg("world"), py::arg("cores"), "pycomm's tuning defaults (csrc/core/tuning.h).");
+        "`inter` over the ranks with this rank's local index on every host, `fallback` over all; "
+        "its thresholds are the communicator's settings (hier_*).");
+  m.def("check_all_reduce_names",
+        [](const std::string& op, const std::string& algorithm) {
+          core::AllReduceArgs a;
+          parse_names(op, algorithm, &a);
+        },
+        py::arg("op"), py::arg("algorithm"),
+        "ValueError unless pycomm.all_reduce takes `op` and `algorithm`.");
   m.def("new_segment_name", &core::new_segment_name, py::arg("tag") = "");
   m.def("remove_stale_segments", &core::remove_stale_segments,
         "Unlinks pycomm segments whose creating process no longer runs.");

@@ -24,7 +24,7 @@ void check_like(const at::Tensor& t, const char* arg, core::DType dtype, int64_t
                 const char* reference);
 
 // The shapes of the collectives whose flat and hierarchical forms share them
-// (backend.cpp, hierarchical.cpp). Each returns the dtype of every pair/list.
+// (frontend.cpp, for every plan). Each returns the dtype of every pair/list.
 // all_gather into tensors: output i holds world x input i.
 std::vector<core::DType> check_all_gather_pairs(const std::vector<at::Tensor>& outputs,
                                                 const std::vector<at::Tensor>& inputs, int world);

@@ -7,7 +7,7 @@
 //   alias "for BC only", so it may go): pycomm::PreMulSumSupplement below.
 // - Backend::getError() and Backend::setTimeout() throw by default up to 2.13
 //   (2.14 returns SUCCESS, and warns and ignores): pycomm's Backend overrides
-//   both, so every release behaves as the newest (backend.h).
+//   both, so every release behaves as the newest (frontend.h).
 // - Methods that exist only in newer releases (Options::clone, the window,
 //   reconfigure and abort-hook methods, the `*_single` collective names of
 //   2.14) are not overridden: pycomm overrides the old entry points

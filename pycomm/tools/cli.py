@@ -106,8 +106,8 @@ def _parser() -> argparse.ArgumentParser:
 
     pr = sub.add_parser("predict", help="predict step time, speedup and efficiency",
                         description="Alpha-beta model of ring all-reduce with bucketing and "
-                        "overlap (see pycomm/tools/scaling.py). Give --preset, or the free-form "
-                        "options (with --preset they override it).")
+                        "overlap (see pycomm/tools/scaling/model.py). Give --preset, or the "
+                        "free-form options (with --preset they override it).")
     pr.add_argument("--preset", choices=sorted(scaling.PRESETS), help="a calibrated case")
     pr.add_argument("--list", action="store_true", help="list presets and interconnects")
     for flag, dest, typ, metavar, text in _PREDICT_OPTIONS:

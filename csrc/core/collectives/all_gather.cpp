@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "../errors.h"
+#include "../routing.h"
 #include "collectives.h"
 #include "ring.h"
 

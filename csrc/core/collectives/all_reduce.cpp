@@ -6,6 +6,7 @@
 
 #include "../errors.h"
 #include "../kernels/reduce_kernels.h"
+#include "../routing.h"
 #include "collectives.h"
 #include "ring.h"
 
@@ -33,15 +34,6 @@ void direct(const Context& ctx, const AllReduceArgs& a, const Fingerprint& fp, i
 }
 
 }  // namespace
-
-Algorithm resolve_algorithm(const char* what, Algorithm requested, size_t bytes_per_rank, int world,
-                            const CollectiveTuning& tuning) {
-  if (requested != Algorithm::kAuto && requested != Algorithm::kDirect && requested != Algorithm::kRing) {
-    throw InvalidArgument(std::string("algorithm: ") + what + " runs auto, direct or ring on CPU tensors");
-  }
-  if (requested != Algorithm::kAuto) return requested;
-  return world > 1 && bytes_per_rank > tuning.direct_max_bytes ? Algorithm::kRing : Algorithm::kDirect;
-}
 
 void all_reduce(const Context& ctx, const AllReduceArgs& a) {
   ctx.session.begin("all_reduce");

@@ -22,6 +22,8 @@
 
 namespace pycomm::core {
 
+// A communicator's values come from the settings table (settings.h, through
+// default_config); these initializers are what the native tests run with.
 struct CollectiveTuning {
   // algorithm="auto": the one-shot direct algorithm up to this many bytes per
   // rank, the ring above (all-reduce, reduce-scatter, all-gather).
@@ -107,10 +109,5 @@ struct AllToAllArgs {
 void all_to_all(const Context& ctx, const AllToAllArgs& args);
 
 void barrier(const Context& ctx);
-
-// algorithm="auto" resolved the same way on every rank; InvalidArgument for an
-// algorithm collective `what` does not run.
-Algorithm resolve_algorithm(const char* what, Algorithm requested, size_t bytes_per_rank, int world,
-                            const CollectiveTuning& tuning);
 
 }  // namespace pycomm::core

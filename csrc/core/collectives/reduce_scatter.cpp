@@ -9,6 +9,7 @@
 
 #include "../errors.h"
 #include "../kernels/reduce_kernels.h"
+#include "../routing.h"
 #include "collectives.h"
 #include "ring.h"
 

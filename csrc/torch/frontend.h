@@ -1,6 +1,10 @@
-// pycomm as a torch.distributed backend: a c10d::Backend whose collectives run
-// on a pycomm Communicator (shared memory, one worker thread, in call order),
-// so init_process_group("cpu:pycomm") gives DDP, FSDP2 and tensor parallelism
+// pycomm as a torch.distributed backend: the one c10d front-end. Every
+// collective c10d hands it goes through the same steps, once: map the op,
+// route (csrc/core/routing.h: the plan, or the gloo fallback for what pycomm
+// does not run), check the arguments, pack lists into flat buffers, apply
+// premul_sum's factor, and queue a job that hands flat 1-D work to the plan
+// (plan.h) on the communicator's worker, in call order. So
+// init_process_group("cpu:pycomm") gives DDP, FSDP2 and tensor parallelism
 // pycomm's transport with no hook.
 //
 // Native: allreduce (+coalesced), broadcast, reduce, allgather (list, into
@@ -17,28 +21,16 @@
 #include <memory>
 
 #include "communicator.h"
+#include "plan.h"
 
 namespace pycomm {
 
-// The core's op for a c10d op, with PREMUL_SUM's factor (hierarchical.cpp uses it too).
-struct Reduction {
-  core::ReduceOp op = core::ReduceOp::kSum;
-  bool premul = false;
-  double factor = 1.0;
-};
-// False for the ops pycomm does not run (the bitwise ones): the caller
-// forwards those to the fallback.
-bool reduction_of(const c10d::ReduceOp& op, Reduction* r);
-
-// Whether any tensor is a CUDA tensor. pycomm runs the all-reduce of CUDA
-// tensors itself on one host (cuda_path.h); their other collectives, and all
-// of them across hosts, go to the fallback (gloo stages them through the host).
-bool any_cuda(const std::vector<at::Tensor>& ts);
-bool any_cuda(const std::vector<std::vector<at::Tensor>>& lists);
-
 class Backend : public c10d::Backend {
  public:
-  Backend(std::shared_ptr<Communicator> comm, c10::intrusive_ptr<c10d::Backend> fallback);
+  // rank, size: in the group. `comm` covers the ranks of this host (all of
+  // them, for a group on one host); `plan` runs on it.
+  Backend(int rank, int size, std::shared_ptr<Communicator> comm, std::unique_ptr<const Plan> plan,
+          c10::intrusive_ptr<c10d::Backend> fallback);
   ~Backend() override;
 
   const std::string getBackendName() const override { return "pycomm"; }
@@ -79,7 +71,7 @@ class Backend : public c10d::Backend {
                                           const c10d::AllToAllOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
-  // Forwarded to the gloo backend.
+  // The routing table sends these to the gloo backend.
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
                                         std::vector<at::Tensor>& inputs,
                                         const c10d::GatherOptions& opts) override;
@@ -102,26 +94,39 @@ class Backend : public c10d::Backend {
 
   const std::shared_ptr<Communicator>& communicator() const { return comm_; }
 
- protected:
-  // A group that spans hosts (hierarchical.h): `comm` covers this host's
-  // ranks only, so the group's rank and size are given apart from it.
-  Backend(int rank, int size, std::shared_ptr<Communicator> comm,
-          c10::intrusive_ptr<c10d::Backend> fallback);
+ private:
+  // The core's op for a c10d op, with PREMUL_SUM's factor.
+  struct Reduction {
+    core::ReduceOp op = core::ReduceOp::kSum;
+    bool premul = false;
+    double factor = 1.0;
+    bool native = true;  // false for the ops pycomm does not run (the bitwise ones)
+  };
+  static Reduction reduction_of(const c10d::ReduceOp& op);
+  // Where a call goes: the plan's route query with the call's own fields.
+  core::Plan plan_of(core::Collective c, bool cuda, bool native_op = true) const;
 
   c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, Job job, bool async_op);
-  // The all-reduce of CUDA tensors (csrc/torch/cuda_path.h).
-  c10::intrusive_ptr<c10d::Work> cuda_allreduce(std::vector<at::Tensor>& tensors,
-                                                const Reduction& red, bool async_op);
+  c10::intrusive_ptr<c10d::Work> all_reduce(std::vector<at::Tensor>& tensors, const Reduction& red,
+                                            core::Plan plan, bool async_op);
+  c10::intrusive_ptr<c10d::Work> cuda_all_reduce(std::vector<at::Tensor>& tensors,
+                                                 const Reduction& red, bool async_op);
+  c10::intrusive_ptr<c10d::Work> all_gather_tensors(std::vector<at::Tensor>& outputs,
+                                                    std::vector<at::Tensor>& inputs, bool async_op);
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensors(std::vector<at::Tensor>& outputs,
+                                                        std::vector<at::Tensor>& inputs,
+                                                        const Reduction& red, bool async_op);
+  c10::intrusive_ptr<c10d::Work> all_to_all(c10d::OpType type, std::vector<at::Tensor> outputs,
+                                            std::vector<at::Tensor> sends,
+                                            std::vector<at::Tensor> recvs, bool async_op);
   // Waits for pycomm's queued work, then returns the fallback backend: what
   // the caller hands it may depend on that work. (The other way round, as
   // with gloo alone, a caller waits for an isend/irecv before a collective
   // uses its tensor.)
   c10d::Backend& fallback();
-  // The fallback without the wait, for jobs that call it on the worker, in order.
-  const c10::intrusive_ptr<c10d::Backend>& fallback_backend() const { return fallback_; }
 
- private:
   std::shared_ptr<Communicator> comm_;
+  std::unique_ptr<const Plan> plan_;
   c10::intrusive_ptr<c10d::Backend> fallback_;
 };
 

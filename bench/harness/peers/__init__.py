@@ -1,0 +1,15 @@
+"""The implementations the benchmarks measure beside pycomm, one module each, and pycomm's
+own columns. A peer that cannot run here says why in one line instead of failing the run:
+
+    peer      what a column is: its label, JSON key, the call per collective, and why it
+              was dropped from one
+    gloo      the default group the bench starts (gloo on CPUs): the stock backend
+    pycomm    pycomm as a torch.distributed backend group, its direct API (with and without
+              the restore-on-failure copy), and its CUDA algorithms
+    fake_hosts  --hosts: the hierarchical backend over ranks posing as hosts, and the intra-
+              and inter-host sweeps that calibrate the scaling model
+    mpi       Open MPI through mpi4py, timed in its own mpirun launch
+    deepspeed DeepSpeed's shared-memory all-reduce
+    nccl      whether NCCL can run these ranks on these GPUs, and its all-reduce
+    symm_mem  PyTorch's symmetric-memory one-shot and two-shot all-reduces
+"""

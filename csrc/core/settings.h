@@ -1,0 +1,52 @@
+// Every setting of a communicator, once. Each row: the name (the key of the
+// config dict that pycomm._C and pycomm._tables speak), the field of
+// CommConfig (tuning.h) it sets, the environment variable that overrides it,
+// that variable's unit and the factor from it to the field's unit, the default
+// for `world` ranks on a host where the process may run on `cores` cores, and
+// why the setting exists. tuning.h's default_config(), the config dict of
+// csrc/torch/module.cpp and Python's environment table (pycomm/config.py,
+// through pycomm._tables) are all made from this list; nothing else names a
+// setting or states its default. Measured on the 2-core CI host
+// (bench/collectives_perf.py) unless a row says otherwise.
+#pragma once
+
+// X(name, field, env, unit, factor, default, why)
+#define PYCOMM_SETTINGS(X)                                                                         \
+  X(timeout_s, wait.timeout_s, "PYCOMM_TIMEOUT", "s", 1, 300.0,                                    \
+    "every wait ends after this long, set-up included (the group's own timeout when pycomm is "   \
+    "the backend)")                                                                                \
+  /* Spinning helps only when every rank has a core of its own; with more ranks than cores it   \
+     burns the time slice the awaited rank needs (3 ranks on 2 cores: 8-byte ring all-reduce     \
+     98 us with a 20 us spin, 16 us without). */                                                   \
+  X(spin_us, wait.spin_us, "PYCOMM_SPIN_US", "us", 1, (world <= cores ? 20.0 : 0.0),              \
+    "a waiting rank spins this long before it yields (0 when ranks outnumber cores)")            \
+  X(yield_us, wait.yield_us, "PYCOMM_YIELD_US", "us", 1, 200.0,                                    \
+    "then yields this long before it sleeps on a futex")                                          \
+  X(slot_bytes, data.slot_bytes, "PYCOMM_DIRECT_KB", "KiB", 1024, size_t(256 * 1024),              \
+    "each rank's slot for the one-shot collectives; larger messages go through it in pieces")    \
+  X(link_bytes, data.link_bytes, "PYCOMM_RING_BUFFER_KB", "KiB", 1024, size_t(256 * 1024),         \
+    "each buffer of a ring link")                                                                  \
+  X(link_buffers, data.link_buffers, "PYCOMM_RING_BUFFERS", "count", 1, size_t(4),                 \
+    "buffers per ring link: how far a sender may run ahead of its receiver")                      \
+  /* Two ranks: the pipelined ring beats the one-shot from 32 B up (32 KiB: 4.4 us vs 9.6 us);   \
+     three or four: the one-shot, with its single synchronisation, is faster up to about         \
+     64 KiB. */                                                                                    \
+  X(direct_max_bytes, tuning.direct_max_bytes, "PYCOMM_DIRECT_MAX_KB", "KiB", 1024,                \
+    size_t(world == 2 ? 64 : 64 * 1024),                                                           \
+    "algorithm=auto: one shot up to this many bytes per rank, the ring above")                    \
+  X(restore_on_failure, tuning.restore_on_failure, "PYCOMM_RESTORE_ON_FAILURE", "0/1", 1, true,   \
+    "pycomm.all_reduce puts its tensor back when it fails part way (input_backup.h)")             \
+  /* Not yet measured on a GPU: large enough that a 25 MiB DDP bucket goes in one piece. */       \
+  X(cuda_buffer_bytes, tuning.cuda_buffer_bytes, "PYCOMM_CUDA_BUFFER_MB", "MiB", 1 << 20,          \
+    size_t(32) << 20, "each rank's device staging buffer; larger all-reduces go in pieces")      \
+  /* 4 ranks as 2 fake hosts on the 2-core host (bench/collectives_perf.py --hosts 2): at 64 KiB \
+     the leader form took 384 us in all, the shard form's gloo part alone 552 us. Larger sizes   \
+     were not compared between the two forms. */                                                  \
+  X(hier_leader_max_bytes, hierarchy.leader_max_bytes, "PYCOMM_HIER_LEADER_MAX_KB", "KiB", 1024,  \
+    size_t(64) << 10,                                                                              \
+    "across hosts: all-reduces up to this size go through each host's first rank (leader), "     \
+    "larger ones reduce-scatter, all-reduce a shard between hosts and all-gather (rs-ar-ag)")     \
+  X(hier_piece_bytes, hierarchy.piece_bytes, "PYCOMM_HIER_PIECE_KB", "KiB", 1024,                  \
+    size_t(4) << 20,                                                                               \
+    "rs-ar-ag runs in pieces of this size, pipelined: gloo reduces one while shared memory "     \
+    "scatters the next and gathers the one before")

@@ -1,0 +1,185 @@
+// pycomm._tables: the settings table (csrc/core/settings.h) and the routing
+// table (csrc/core/routing.h) for Python, with no torch: the CPython API only,
+// so the scaling model and `pycomm doctor` read the rules the backend runs
+// where torch, or pycomm._C, cannot load.
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <iterator>
+#include <string>
+#include <type_traits>
+
+#include "../core/routing.h"
+#include "../core/tuning.h"
+
+namespace {
+
+using namespace pycomm::core;
+
+template <typename T>
+PyObject* to_python(T v) {
+  if constexpr (std::is_same_v<T, bool>) return PyBool_FromLong(v);
+  else if constexpr (std::is_floating_point_v<T>) return PyFloat_FromDouble(v);
+  else return PyLong_FromSize_t(v);
+}
+
+template <typename T>
+const char* type_name() {
+  if constexpr (std::is_same_v<T, bool>) return "bool";
+  else if constexpr (std::is_floating_point_v<T>) return "float";
+  else return "int";
+}
+
+// Steals `value`; false (with the error set) if it or the insertion failed.
+bool put(PyObject* dict, const char* key, PyObject* value) {
+  if (value == nullptr) return false;
+  const int rc = PyDict_SetItemString(dict, key, value);
+  Py_DECREF(value);
+  return rc == 0;
+}
+
+PyObject* default_config(PyObject*, PyObject* args) {
+  int world = 0, cores = 0;
+  if (!PyArg_ParseTuple(args, "ii:default_config", &world, &cores)) return nullptr;
+  const CommConfig c = pycomm::core::default_config(world, cores);
+  PyObject* d = PyDict_New();
+  if (d == nullptr) return nullptr;
+#define PYCOMM_PUT_VALUE(name, field, env, unit, factor, value, why) \
+  if (!put(d, #name, to_python(c.field))) {                         \
+    Py_DECREF(d);                                                    \
+    return nullptr;                                                  \
+  }
+  PYCOMM_SETTINGS(PYCOMM_PUT_VALUE)
+#undef PYCOMM_PUT_VALUE
+  return d;
+}
+
+PyObject* settings(PyObject*, PyObject*) {
+  PyObject* rows = PyList_New(0);
+  if (rows == nullptr) return nullptr;
+  CommConfig c;
+#define PYCOMM_PUT_ROW(name, field, env, unit, factor, value, why)                                  \
+  {                                                                                                 \
+    PyObject* row = PyDict_New();                                                                   \
+    const bool ok = row != nullptr && put(row, "name", PyUnicode_FromString(#name)) &&             \
+                    put(row, "field", PyUnicode_FromString(#field)) &&                              \
+                    put(row, "env", PyUnicode_FromString(env)) &&                                   \
+                    put(row, "unit", PyUnicode_FromString(unit)) &&                                 \
+                    put(row, "factor", PyLong_FromLong(long(factor))) &&                            \
+                    put(row, "type", PyUnicode_FromString(type_name<decltype(c.field)>())) &&      \
+                    put(row, "why", PyUnicode_FromString(why)) && PyList_Append(rows, row) == 0;    \
+    Py_XDECREF(row);                                                                                \
+    if (!ok) {                                                                                      \
+      Py_DECREF(rows);                                                                              \
+      return nullptr;                                                                               \
+    }                                                                                               \
+  }
+  PYCOMM_SETTINGS(PYCOMM_PUT_ROW)
+#undef PYCOMM_PUT_ROW
+  (void)c;
+  return rows;
+}
+
+template <typename E>
+bool enum_of(const char* name, int n, const char* (*name_of)(E), const char* what, E* out) {
+  for (int i = 0; i < n; ++i) {
+    if (std::string(name_of(E(i))) == name) {
+      *out = E(i);
+      return true;
+    }
+  }
+  std::string known;
+  for (int i = 0; i < n; ++i) known += std::string(i ? ", " : "") + name_of(E(i));
+  PyErr_Format(PyExc_ValueError, "%s: unknown %s '%s'; expected one of %s", what, what, name,
+               known.c_str());
+  return false;
+}
+
+PyObject* route(PyObject*, PyObject* args, PyObject* kwargs) {
+  static const char* keywords[] = {"collective", "cuda", "native_op", "hosts", "uniform",
+                                   "local_size", "count", "bytes", "direct_max_bytes",
+                                   "leader_max_bytes", nullptr};
+  const char* collective = nullptr;
+  int cuda = 0, native_op = 1, uniform = 1;
+  RouteQuery q;
+  unsigned long long count = 0, bytes = 0, direct_max = 0, leader_max = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "s|$ppipiKKKK:route", const_cast<char**>(keywords),
+                                   &collective, &cuda, &native_op, &q.hosts, &uniform,
+                                   &q.local_size, &count, &bytes, &direct_max, &leader_max)) {
+    return nullptr;
+  }
+  if (!enum_of(collective, kCollectives, &collective_name, "collective", &q.collective)) return nullptr;
+  if (q.hosts < 1 || q.local_size < 1) {
+    PyErr_SetString(PyExc_ValueError, "hosts, local_size: expected at least 1");
+    return nullptr;
+  }
+  q.cuda = cuda;
+  q.native_op = native_op;
+  q.uniform = uniform;
+  q.count = size_t(count);
+  q.bytes = size_t(bytes);
+  q.direct_max_bytes = size_t(direct_max);
+  q.leader_max_bytes = size_t(leader_max);
+  const Routed r = pycomm::core::route(q);
+  return Py_BuildValue("(ss)", plan_name(r.plan), route_name(r.route));
+}
+
+// A tuple of the names name_at(0), ..., name_at(n - 1).
+template <typename NameAt>
+PyObject* names(size_t n, NameAt name_at) {
+  PyObject* t = PyTuple_New(Py_ssize_t(n));
+  if (t == nullptr) return nullptr;
+  for (size_t i = 0; i < n; ++i) {
+    PyObject* s = PyUnicode_FromString(name_at(i));
+    if (s == nullptr) {
+      Py_DECREF(t);
+      return nullptr;
+    }
+    PyTuple_SET_ITEM(t, Py_ssize_t(i), s);
+  }
+  return t;
+}
+
+PyMethodDef methods[] = {
+    {"default_config", default_config, METH_VARARGS,
+     "default_config(world, cores) -> dict: every setting's default for `world` ranks on `cores` "
+     "cores (csrc/core/settings.h)."},
+    {"settings", settings, METH_NOARGS,
+     "settings() -> list of dict: the settings table (name, field, env, unit, factor from the "
+     "variable's unit to the setting's, type, why)."},
+    {"route", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(route)),
+     METH_VARARGS | METH_KEYWORDS,
+     "route(collective, *, cuda, native_op, hosts, uniform, local_size, count, bytes, "
+     "direct_max_bytes, leader_max_bytes) -> (plan, algorithm): the backend's routing rule "
+     "(csrc/core/routing.h)."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyModuleDef module = {PyModuleDef_HEAD_INIT, "pycomm._tables",
+                      "pycomm's settings and routing tables, without torch.", -1, methods};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit__tables() {
+  PyObject* m = PyModule_Create(&module);
+  if (m == nullptr) return nullptr;
+  const bool ok =
+      PyModule_AddObject(m, "COLLECTIVES", names(kCollectives, [](size_t i) {
+        return collective_name(Collective(i));
+      })) == 0 &&
+      PyModule_AddObject(m, "PLANS", names(kPlans, [](size_t i) { return plan_name(Plan(i)); })) == 0 &&
+      PyModule_AddObject(m, "ALGORITHMS", names(kRoutes, [](size_t i) {
+        return route_name(Route(i));
+      })) == 0 &&
+      PyModule_AddObject(m, "REDUCE_OPS", names(std::size(kReduceOps), [](size_t i) {
+        return op_name(kReduceOps[i]);
+      })) == 0 &&
+      PyModule_AddObject(m, "ALL_REDUCE_ALGORITHMS", names(std::size(kAllReduceAlgorithms), [](size_t i) {
+        return algorithm_name(uint32_t(kAllReduceAlgorithms[i]));
+      })) == 0;
+  if (!ok) {
+    Py_DECREF(m);
+    return nullptr;
+  }
+  return m;
+}

@@ -1,0 +1,466 @@
+#include "frontend.h"
+
+#include <c10/util/Exception.h>
+
+#include "cuda_path.h"
+#include "dtype_map.h"
+#include "tensor_checks.h"
+#include "torch_compat.h"
+
+namespace pycomm {
+namespace {
+
+// c10d's view of one queued job: wait() rethrows pycomm's typed error
+// (CommTimeout, CollectiveMismatch), the future holds the output tensors.
+class Work : public c10d::Work {
+ public:
+  Work(int rank, c10d::OpType type, std::shared_ptr<WorkItem> item)
+      : c10d::Work(rank, type), item_(std::move(item)) {}
+
+  bool isCompleted() override { return item_->completed(); }
+  bool isSuccess() const override { return item_->completed() && !item_->error(); }
+  std::exception_ptr exception() const override { return item_->error(); }
+  // pycomm's own deadline bounds every wait; c10d's timeout adds nothing.
+  bool wait(std::chrono::milliseconds /*timeout*/) override {
+    item_->wait();
+    return true;
+  }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return item_->future; }
+  std::vector<at::Tensor> result() override { return item_->job.outputs; }
+
+ private:
+  std::shared_ptr<WorkItem> item_;
+};
+
+bool any_cuda(const std::vector<at::Tensor>& ts) {
+  for (const auto& t : ts) {
+    if (t.defined() && t.is_cuda()) return true;
+  }
+  return false;
+}
+
+bool any_cuda(const std::vector<std::vector<at::Tensor>>& lists) {
+  for (const auto& l : lists) {
+    if (any_cuda(l)) return true;
+  }
+  return false;
+}
+
+// The 1-D view of a contiguous tensor: the shape every plan works on.
+at::Tensor flat(const at::Tensor& t) { return t.reshape({-1}); }
+
+std::vector<at::Tensor> flat_each(const std::vector<at::Tensor>& ts) {
+  std::vector<at::Tensor> out;
+  out.reserve(ts.size());
+  for (const auto& t : ts) out.push_back(flat(t));
+  return out;
+}
+
+// The ranks' blocks of all_to_all_single's tensor, by split sizes in rows of
+// dim 0 (none: equal blocks), as 1-D views.
+std::vector<at::Tensor> blocks_of(const at::Tensor& t, const std::vector<int64_t>& splits, int world,
+                                  const char* arg) {
+  std::vector<int64_t> counts(static_cast<size_t>(world));
+  if (splits.empty()) {
+    TORCH_CHECK_VALUE(t.numel() % world == 0, arg, ": ", t.numel(),
+                      " elements do not split evenly over ", world, " ranks");
+    for (auto& c : counts) c = t.numel() / world;
+  } else {
+    TORCH_CHECK_VALUE(int64_t(splits.size()) == world, arg, "_split_sizes: expected ", world,
+                      " sizes (the world size), got ", splits.size());
+    const int64_t row = t.dim() == 0 || t.size(0) == 0 ? 0 : t.numel() / t.size(0);
+    int64_t rows = 0;
+    for (int r = 0; r < world; ++r) {
+      TORCH_CHECK_VALUE(splits[size_t(r)] >= 0, arg, "_split_sizes: negative size ", splits[size_t(r)]);
+      rows += splits[size_t(r)];
+      counts[size_t(r)] = splits[size_t(r)] * row;
+    }
+    TORCH_CHECK_VALUE(t.dim() > 0 && rows == t.size(0), arg, "_split_sizes: they add up to ", rows,
+                      " rows, the tensor has ", t.dim() > 0 ? t.size(0) : 0);
+  }
+  std::vector<at::Tensor> blocks;
+  const at::Tensor f = flat(t);
+  int64_t offset = 0;
+  for (int64_t c : counts) {
+    blocks.push_back(f.narrow(0, offset, c));
+    offset += c;
+  }
+  return blocks;
+}
+
+void check_root(int64_t root, int size, const char* arg) {
+  TORCH_CHECK_VALUE(root >= 0 && root < size, arg, ": rank ", root, " is not in this group of ", size);
+}
+
+}  // namespace
+
+Backend::Backend(int rank, int size, std::shared_ptr<Communicator> comm,
+                 std::unique_ptr<const Plan> plan, c10::intrusive_ptr<c10d::Backend> fallback)
+    : c10d::Backend(rank, size),
+      comm_(std::move(comm)),
+      plan_(std::move(plan)),
+      fallback_(std::move(fallback)) {}
+
+Backend::~Backend() = default;
+
+Backend::Reduction Backend::reduction_of(const c10d::ReduceOp& op) {
+  Reduction r;
+  r.native = to_core_op(op, &r.op, &r.premul);
+  if (r.premul) {
+    auto* s = dynamic_cast<PreMulSumSupplement*>(op.supplement_.get());
+    TORCH_CHECK_VALUE(s != nullptr, "op: premul_sum without its factor");
+    r.factor = s->tensor_factor.defined() ? s->tensor_factor.item<double>() : s->double_factor;
+  }
+  return r;
+}
+
+core::Plan Backend::plan_of(core::Collective c, bool cuda, bool native_op) const {
+  core::RouteQuery q = plan_->route_query();
+  q.collective = c;
+  q.cuda = cuda;
+  q.native_op = native_op;
+  return core::route(q).plan;
+}
+
+void Backend::shutdown() {
+  // What was queued still runs: the peers run their side of it too.
+  comm_->flush();
+  comm_->close();
+}
+
+c10d::ErrorType Backend::getError() {
+  return comm_->broken() ? c10d::ErrorType::COMM_ERROR : c10d::ErrorType::SUCCESS;
+}
+
+void Backend::setTimeout(std::chrono::milliseconds timeout) {
+  // Every rank's waits share one deadline, fixed when the communicator set up
+  // (pycomm.init(timeout=...), PYCOMM_TIMEOUT, or the group's timeout): one
+  // rank cannot move it alone.
+  TORCH_WARN("pycomm: setTimeout(", timeout.count(), " ms) is ignored; this group keeps the ",
+             comm_->config().wait.timeout_s, " s timeout it was created with");
+}
+
+void Backend::abort() { comm_->abort("rank " + std::to_string(getRank()) + " aborted the process group"); }
+
+c10::intrusive_ptr<c10d::Work> Backend::launch(c10d::OpType type, Job job, bool async_op) {
+  // A blocking call from Python (async_op=False: the caller waits at once)
+  // runs in its thread when the communicator is idle: no hand-off to the
+  // worker. Anything asynchronous (DDP's buckets, FSDP) goes to the worker,
+  // so it overlaps the caller's compute.
+  if (!async_op && comm_->run_if_idle(job.body)) {
+    auto item = std::make_shared<WorkItem>(std::move(job));
+    item->finish(nullptr);
+    return c10::make_intrusive<Work>(getRank(), type, std::move(item));
+  }
+  return c10::make_intrusive<Work>(getRank(), type, comm_->enqueue(std::move(job)));
+}
+
+c10d::Backend& Backend::fallback() {
+  comm_->flush();
+  return *fallback_;
+}
+
+// ---------------------------------------------------------------- all_reduce, broadcast, reduce
+
+c10::intrusive_ptr<c10d::Work> Backend::allreduce(std::vector<at::Tensor>& tensors,
+                                                  const c10d::AllreduceOptions& opts) {
+  const Reduction red = reduction_of(opts.reduceOp);
+  const core::Plan plan = plan_of(core::Collective::kAllReduce, any_cuda(tensors), red.native);
+  if (plan == core::Plan::kFallback) return fallback().allreduce(tensors, opts);
+  single_tensor(tensors, "tensor");
+  return all_reduce(tensors, red, plan, opts.asyncOp);
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::allreduce_coalesced(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+  const Reduction red = reduction_of(opts.reduceOp);
+  const core::Plan plan = plan_of(core::Collective::kAllReduce, any_cuda(tensors), red.native);
+  if (plan == core::Plan::kFallback) return fallback().allreduce_coalesced(tensors, opts);
+  return all_reduce(tensors, red, plan, opts.asyncOp);
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::all_reduce(std::vector<at::Tensor>& tensors,
+                                                   const Reduction& red, core::Plan plan,
+                                                   bool async_op) {
+  if (plan == core::Plan::kCuda) return cuda_all_reduce(tensors, red, async_op);
+  for (const auto& t : tensors) check_op_for_dtype(red.op, red.premul, check_tensor(t, "tensor"));
+  Job job;
+  job.outputs = tensors;
+  job.body = [this, flats = flat_each(tensors), red](const core::Context& ctx) {
+    for (const auto& t : flats) {
+      if (red.premul) t.mul_(red.factor);
+      plan_->all_reduce(ctx, t, red.op);
+    }
+  };
+  return launch(c10d::OpType::ALLREDUCE, std::move(job), async_op);
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::cuda_all_reduce(std::vector<at::Tensor>& tensors,
+                                                        const Reduction& red, bool async_op) {
+  std::vector<Job> parts;
+  for (auto& t : tensors) {
+    core::AllReduceArgs a;
+    a.dtype = check_tensor(t, "tensor", /*cuda_ok=*/true);
+    check_op_for_dtype(red.op, red.premul, a.dtype);
+    // On the caller's stream, before the job records where the kernel may start.
+    if (red.premul) t.mul_(red.factor);
+    a.data = t.data_ptr();
+    a.count = size_t(t.numel());
+    a.op = red.op;
+    parts.push_back(cuda_all_reduce_job(*comm_, t, "tensor", a));
+  }
+  if (parts.size() == 1) return launch(c10d::OpType::ALLREDUCE, std::move(parts[0]), async_op);
+  Job job;
+  job.outputs = tensors;
+  job.devices = parts.empty() ? std::vector<c10::Device>{} : parts[0].devices;
+  job.stream = parts.empty() ? std::nullopt : parts[0].stream;
+  job.body = [parts = std::move(parts)](const core::Context& ctx) {
+    for (const Job& p : parts) p.body(ctx);
+  };
+  return launch(c10d::OpType::ALLREDUCE, std::move(job), async_op);
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::broadcast(std::vector<at::Tensor>& tensors,
+                                                  const c10d::BroadcastOptions& opts) {
+  if (plan_of(core::Collective::kBroadcast, any_cuda(tensors)) == core::Plan::kFallback) {
+    return fallback().broadcast(tensors, opts);
+  }
+  const at::Tensor& t = single_tensor(tensors, "tensor");
+  check_tensor(t, "tensor");
+  check_root(opts.rootRank, getSize(), "src");
+  Job job;
+  job.outputs = tensors;
+  job.body = [this, t = flat(t), root = int(opts.rootRank)](const core::Context& ctx) {
+    plan_->broadcast(ctx, t, root);
+  };
+  return launch(c10d::OpType::BROADCAST, std::move(job), opts.asyncOp);
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::reduce(std::vector<at::Tensor>& tensors,
+                                               const c10d::ReduceOptions& opts) {
+  const Reduction red = reduction_of(opts.reduceOp);
+  if (plan_of(core::Collective::kReduce, any_cuda(tensors), red.native) == core::Plan::kFallback) {
+    return fallback().reduce(tensors, opts);
+  }
+  const at::Tensor& t = single_tensor(tensors, "tensor");
+  check_op_for_dtype(red.op, red.premul, check_tensor(t, "tensor"));
+  check_root(opts.rootRank, getSize(), "dst");
+  const int root = int(opts.rootRank);
+  Job job;
+  job.outputs = tensors;
+  job.body = [this, t = flat(t), red, root](const core::Context& ctx) {
+    // The root's tensor is the output; the others' are not to be written.
+    const at::Tensor in = !red.premul ? t : root == getRank() ? t.mul_(red.factor) : t.mul(red.factor);
+    plan_->reduce(ctx, in, red.op, root);
+  };
+  return launch(c10d::OpType::REDUCE, std::move(job), opts.asyncOp);
+}
+
+// ---------------------------------------------------------------- all_gather
+
+c10::intrusive_ptr<c10d::Work> Backend::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                                        const c10d::AllgatherOptions& opts) {
+  if (plan_of(core::Collective::kAllGather, output.is_cuda() || input.is_cuda()) ==
+      core::Plan::kFallback) {
+    return fallback()._allgather_base(output, input, opts);
+  }
+  std::vector<at::Tensor> outs{output}, ins{input};
+  return all_gather_tensors(outs, ins, opts.asyncOp);
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::allgather_into_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  if (plan_of(core::Collective::kAllGather, any_cuda(outputs) || any_cuda(inputs)) ==
+      core::Plan::kFallback) {
+    return fallback().allgather_into_tensor_coalesced(outputs, inputs, opts);
+  }
+  return all_gather_tensors(outputs, inputs, opts.asyncOp);
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::all_gather_tensors(std::vector<at::Tensor>& outputs,
+                                                           std::vector<at::Tensor>& inputs,
+                                                           bool async_op) {
+  check_all_gather_pairs(outputs, inputs, getSize());
+  Job job;
+  job.outputs = outputs;
+  job.body = [this, ins = flat_each(inputs), outs = flat_each(outputs)](const core::Context& ctx) {
+    for (size_t i = 0; i < ins.size(); ++i) plan_->all_gather(ctx, ins[i], outs[i]);
+  };
+  return launch(c10d::OpType::_ALLGATHER_BASE, std::move(job), async_op);
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                  std::vector<at::Tensor>& inputs,
+                                                  const c10d::AllgatherOptions& opts) {
+  if (plan_of(core::Collective::kAllGather, any_cuda(outputs) || any_cuda(inputs)) ==
+      core::Plan::kFallback) {
+    return fallback().allgather(outputs, inputs, opts);
+  }
+  single_tensor(inputs, "input_tensor");
+  TORCH_CHECK_VALUE(outputs.size() == 1, "tensor_list: expected one list (one device per rank)");
+  return allgather_coalesced(outputs, inputs, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  if (plan_of(core::Collective::kAllGather, any_cuda(outputs) || any_cuda(inputs)) ==
+      core::Plan::kFallback) {
+    return fallback().allgather_coalesced(outputs, inputs, opts);
+  }
+  check_all_gather_lists(outputs, inputs, getSize());
+  std::vector<at::Tensor> all_outputs;
+  for (const auto& list : outputs) all_outputs.insert(all_outputs.end(), list.begin(), list.end());
+  Job job;
+  job.outputs = all_outputs;
+  job.body = [this, ins = flat_each(inputs), outputs](const core::Context& ctx) {
+    // The list form gathers into one buffer, then copies out.
+    for (size_t i = 0; i < ins.size(); ++i) {
+      const int64_t n = ins[i].numel();
+      at::Tensor gathered = at::empty({n * getSize()}, ins[i].options());
+      plan_->all_gather(ctx, ins[i], gathered);
+      for (size_t r = 0; r < outputs[i].size(); ++r) {
+        outputs[i][r].view({-1}).copy_(gathered.narrow(0, int64_t(r) * n, n));
+      }
+    }
+  };
+  return launch(c10d::OpType::ALLGATHER, std::move(job), opts.asyncOp);
+}
+
+// ---------------------------------------------------------------- reduce_scatter
+
+c10::intrusive_ptr<c10d::Work> Backend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                             const c10d::ReduceScatterOptions& opts) {
+  const Reduction red = reduction_of(opts.reduceOp);
+  if (plan_of(core::Collective::kReduceScatter, output.is_cuda() || input.is_cuda(), red.native) ==
+      core::Plan::kFallback) {
+    return fallback()._reduce_scatter_base(output, input, opts);
+  }
+  std::vector<at::Tensor> outs{output}, ins{input};
+  return reduce_scatter_tensors(outs, ins, red, opts.asyncOp);
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  const Reduction red = reduction_of(opts.reduceOp);
+  if (plan_of(core::Collective::kReduceScatter, any_cuda(outputs) || any_cuda(inputs), red.native) ==
+      core::Plan::kFallback) {
+    return fallback().reduce_scatter_tensor_coalesced(outputs, inputs, opts);
+  }
+  return reduce_scatter_tensors(outputs, inputs, red, opts.asyncOp);
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter_tensors(std::vector<at::Tensor>& outputs,
+                                                               std::vector<at::Tensor>& inputs,
+                                                               const Reduction& red, bool async_op) {
+  check_reduce_scatter_pairs(outputs, inputs, getSize(), red.op, red.premul);
+  Job job;
+  job.outputs = outputs;
+  job.body = [this, ins = flat_each(inputs), outs = flat_each(outputs), red](const core::Context& ctx) {
+    for (size_t i = 0; i < ins.size(); ++i) {
+      // The input is not ours to scale in place.
+      plan_->reduce_scatter(ctx, red.premul ? ins[i].mul(red.factor) : ins[i], outs[i], red.op);
+    }
+  };
+  return launch(c10d::OpType::_REDUCE_SCATTER_BASE, std::move(job), async_op);
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                       std::vector<std::vector<at::Tensor>>& inputs,
+                                                       const c10d::ReduceScatterOptions& opts) {
+  const Reduction red = reduction_of(opts.reduceOp);
+  if (plan_of(core::Collective::kReduceScatter, any_cuda(outputs) || any_cuda(inputs), red.native) ==
+      core::Plan::kFallback) {
+    return fallback().reduce_scatter(outputs, inputs, opts);
+  }
+  check_reduce_scatter_list(outputs, inputs, getSize(), red.op, red.premul);
+  Job job;
+  job.outputs = outputs;
+  job.body = [this, out = flat(outputs[0]), list = inputs[0], red](const core::Context& ctx) {
+    // The list form reduces from one buffer: the inputs, concatenated here on
+    // the worker, in call order (an earlier queued collective may write them).
+    at::Tensor in = at::cat(flat_each(list));
+    if (red.premul) in.mul_(red.factor);
+    plan_->reduce_scatter(ctx, in, out, red.op);
+  };
+  return launch(c10d::OpType::REDUCE_SCATTER, std::move(job), opts.asyncOp);
+}
+
+// ---------------------------------------------------------------- all_to_all, barrier
+
+c10::intrusive_ptr<c10d::Work> Backend::alltoall_base(at::Tensor& output, at::Tensor& input,
+                                                      std::vector<int64_t>& output_split_sizes,
+                                                      std::vector<int64_t>& input_split_sizes,
+                                                      const c10d::AllToAllOptions& opts) {
+  if (plan_of(core::Collective::kAllToAll, output.is_cuda() || input.is_cuda()) ==
+      core::Plan::kFallback) {
+    return fallback().alltoall_base(output, input, output_split_sizes, input_split_sizes, opts);
+  }
+  check_all_to_all_single(output, input);
+  return all_to_all(c10d::OpType::ALLTOALL_BASE, {output},
+                    blocks_of(input, input_split_sizes, getSize(), "input"),
+                    blocks_of(output, output_split_sizes, getSize(), "output"), opts.asyncOp);
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::alltoall(std::vector<at::Tensor>& outputs,
+                                                 std::vector<at::Tensor>& inputs,
+                                                 const c10d::AllToAllOptions& opts) {
+  if (plan_of(core::Collective::kAllToAll, any_cuda(outputs) || any_cuda(inputs)) ==
+      core::Plan::kFallback) {
+    return fallback().alltoall(outputs, inputs, opts);
+  }
+  check_all_to_all_lists(outputs, inputs, getSize());
+  return all_to_all(c10d::OpType::ALLTOALL, outputs, flat_each(inputs), flat_each(outputs),
+                    opts.asyncOp);
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::all_to_all(c10d::OpType type, std::vector<at::Tensor> outputs,
+                                                   std::vector<at::Tensor> sends,
+                                                   std::vector<at::Tensor> recvs, bool async_op) {
+  Job job;
+  job.outputs = std::move(outputs);
+  job.body = [this, sends = std::move(sends), recvs = std::move(recvs)](const core::Context& ctx) {
+    plan_->all_to_all(ctx, sends, recvs);
+  };
+  return launch(type, std::move(job), async_op);
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::barrier(const c10d::BarrierOptions& opts) {
+  Job job;
+  job.body = [this](const core::Context& ctx) { plan_->barrier(ctx); };
+  return launch(c10d::OpType::BARRIER, std::move(job), opts.asyncOp);
+}
+
+// ---------------------------------------------------------------- the fallback's
+
+c10::intrusive_ptr<c10d::Work> Backend::gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                               std::vector<at::Tensor>& inputs,
+                                               const c10d::GatherOptions& opts) {
+  return fallback().gather(outputs, inputs, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ScatterOptions& opts) {
+  return fallback().scatter(outputs, inputs, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
+  return fallback().send(tensors, dst, tag);
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
+  return fallback().recv(tensors, src, tag);
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+  return fallback().recvAnysource(tensors, tag);
+}
+
+void Backend::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
+  fallback().monitoredBarrier(opts, wait_all_ranks);
+}
+
+}  // namespace pycomm

@@ -1,0 +1,370 @@
+#include "hierarchical_plan.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <functional>
+
+#include "../core/errors.h"
+#include "dtype_map.h"
+
+namespace pycomm {
+namespace {
+
+// The op the ranks of a host reduce with: avg and premul_sum sum there (the
+// factor was applied before; the division comes once, after the inter-host step).
+core::ReduceOp host_op(core::ReduceOp op) { return op == core::ReduceOp::kAvg ? core::ReduceOp::kSum : op; }
+
+c10d::ReduceOp c10d_op(core::ReduceOp op) {
+  switch (op) {
+    case core::ReduceOp::kMax: return c10d::ReduceOp(c10d::ReduceOp::MAX);
+    case core::ReduceOp::kMin: return c10d::ReduceOp(c10d::ReduceOp::MIN);
+    case core::ReduceOp::kProduct: return c10d::ReduceOp(c10d::ReduceOp::PRODUCT);
+    default: return c10d::ReduceOp(c10d::ReduceOp::SUM);
+  }
+}
+
+// Runs one operation of another backend (between hosts, or the group-wide
+// fallback) and waits for it. If it fails, this host's session is aborted
+// first: the local peers waiting for this rank fail at once, not at their
+// deadline. A timeout stays a CommTimeout; anything else is a CommError.
+[[noreturn]] void fail_remote(const core::Context& ctx, const char* what, const std::string& reason) {
+  const std::string msg = std::string("pycomm: the inter-host step of ") + what + " failed on rank " +
+                          std::to_string(ctx.session.rank()) + " of its host: " + reason;
+  ctx.session.abort(msg);
+  if (reason.find("imed out") != std::string::npos || reason.find("imeout") != std::string::npos) {
+    throw core::CommTimeout(msg);
+  }
+  throw core::CommError(msg);
+}
+
+// Issues one operation of another backend (between hosts, or the group-wide
+// fallback) without waiting for it. If it fails, this host's session is
+// aborted first: the local peers waiting for this rank fail at once, not at
+// their deadline. A timeout stays a CommTimeout; anything else is a CommError.
+c10::intrusive_ptr<c10d::Work> issue_remote(
+    const core::Context& ctx, const char* what,
+    const std::function<c10::intrusive_ptr<c10d::Work>()>& issue) {
+  try {
+    return issue();
+  } catch (const c10::Error& e) {
+    fail_remote(ctx, what, e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    fail_remote(ctx, what, e.what());
+  }
+}
+
+void wait_remote(const core::Context& ctx, const char* what, const c10::intrusive_ptr<c10d::Work>& w) {
+  try {
+    w->wait();
+  } catch (const c10::Error& e) {
+    fail_remote(ctx, what, e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    fail_remote(ctx, what, e.what());
+  }
+}
+
+// Issues and waits.
+void remote(const core::Context& ctx, const char* what,
+            const std::function<c10::intrusive_ptr<c10d::Work>()>& issue) {
+  wait_remote(ctx, what, issue_remote(ctx, what, issue));
+}
+
+}  // namespace
+
+HostLayout::HostLayout(int r, std::vector<std::vector<int>> h) : rank(r), hosts(std::move(h)) {
+  int world = 0;
+  for (const auto& ranks : hosts) world += int(ranks.size());
+  host_of.assign(size_t(world), -1);
+  local_of.assign(size_t(world), -1);
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    TORCH_CHECK_VALUE(!hosts[i].empty(), "hosts: host ", i, " has no ranks");
+    uniform = uniform && hosts[i].size() == hosts[0].size();
+    for (size_t l = 0; l < hosts[i].size(); ++l) {
+      const int g = hosts[i][l];
+      TORCH_CHECK_VALUE(g >= 0 && g < world && host_of[size_t(g)] < 0, "hosts: rank ", g,
+                        " is out of range or on two hosts");
+      host_of[size_t(g)] = int(i);
+      local_of[size_t(g)] = int(l);
+    }
+  }
+  TORCH_CHECK_VALUE(rank >= 0 && rank < world, "rank: ", rank, " is not in the layout");
+  host = host_of[size_t(rank)];
+  local_rank = local_of[size_t(rank)];
+}
+
+HierarchicalPlan::HierarchicalPlan(HostLayout layout, c10::intrusive_ptr<c10d::Backend> inter,
+                                   c10::intrusive_ptr<c10d::Backend> group,
+                                   const core::CommConfig& config)
+    : layout_(std::move(layout)),
+      inter_(std::move(inter)),
+      group_(std::move(group)),
+      tuning_(config.hierarchy) {
+  tuning_.piece_bytes = std::max<size_t>(tuning_.piece_bytes, 1);
+}
+
+core::RouteQuery HierarchicalPlan::route_query() const {
+  core::RouteQuery q;
+  q.hosts = int(layout_.hosts.size());
+  q.uniform = layout_.uniform;
+  q.local_size = layout_.local_size();
+  q.leader_max_bytes = tuning_.leader_max_bytes;
+  return q;
+}
+
+core::Route HierarchicalPlan::route(core::Collective c, const at::Tensor& t) const {
+  core::RouteQuery q = route_query();
+  q.collective = c;
+  q.count = size_t(t.numel());
+  q.bytes = size_t(t.numel()) * t.element_size();
+  return core::route(q).route;
+}
+
+void HierarchicalPlan::inter_all_reduce(const core::Context& ctx, const at::Tensor& t,
+                                        core::ReduceOp op) const {
+  if (inter_->getSize() > 1 && t.numel() > 0) {
+    remote(ctx, "all_reduce", [&] {
+      std::vector<at::Tensor> ts{t};
+      c10d::AllreduceOptions o;
+      o.reduceOp = c10d_op(op);
+      return inter_->allreduce(ts, o);
+    });
+  }
+  if (op == core::ReduceOp::kAvg) t.div_(layout_.world());
+}
+
+void HierarchicalPlan::leader_all_reduce(const core::Context& ctx, const at::Tensor& t,
+                                         core::ReduceOp op) const {
+  core::ReduceArgs r;
+  r.dtype = dtype_of(t);
+  r.data = t.data_ptr();
+  r.count = size_t(t.numel());
+  r.op = host_op(op);
+  r.root = 0;
+  r.restore = false;
+  core::reduce(ctx, r);
+  // The leaders' inter group holds every host's leader; the result is gloo's,
+  // the same bytes on each, and each host then copies it out unchanged.
+  if (layout_.local_rank == 0) inter_all_reduce(ctx, t, op);
+  core::BroadcastArgs b;
+  b.dtype = r.dtype;
+  b.data = t.data_ptr();
+  b.count = r.count;
+  b.root = 0;
+  b.restore = false;
+  core::broadcast(ctx, b);
+}
+
+void HierarchicalPlan::rs_ar_ag(const core::Context& ctx, const at::Tensor& t, core::ReduceOp op) const {
+  // In pieces, pipelined: while gloo reduces piece k between hosts (on its
+  // own threads), this rank reduce-scatters piece k+1 and all-gathers piece
+  // k-1 in shared memory. Piece boundaries fall on multiples of L elements,
+  // the same on every rank.
+  const core::DType dtype = dtype_of(t);
+  const int64_t L = layout_.local_size();
+  const int64_t units = t.numel() / L;
+  const int64_t esize = int64_t(core::dtype_size(dtype));
+  const int64_t per_piece = std::max<int64_t>(1, int64_t(tuning_.piece_bytes) / (esize * L));
+  const int64_t pieces = (units + per_piece - 1) / per_piece;
+  at::Tensor part = at::empty({units}, t.options());
+  char* base = static_cast<char*>(t.data_ptr());
+  std::vector<c10::intrusive_ptr<c10d::Work>> works(static_cast<size_t>(pieces));
+  auto gather = [&](int64_t k) {
+    const int64_t u0 = k * per_piece, m = std::min(per_piece, units - u0);
+    at::Tensor shard = part.narrow(0, u0, m);
+    if (works[size_t(k)]) wait_remote(ctx, "all_reduce", works[size_t(k)]);
+    works[size_t(k)].reset();
+    if (op == core::ReduceOp::kAvg) shard.div_(layout_.world());
+    core::AllGatherArgs ag;
+    ag.dtype = dtype;
+    ag.input = shard.data_ptr();
+    ag.output = base + u0 * L * esize;
+    ag.count = size_t(m);
+    core::all_gather(ctx, ag);
+  };
+  for (int64_t k = 0; k < pieces; ++k) {
+    const int64_t u0 = k * per_piece, m = std::min(per_piece, units - u0);
+    at::Tensor shard = part.narrow(0, u0, m);
+    core::ReduceScatterArgs rs;
+    rs.dtype = dtype;
+    rs.input = base + u0 * L * esize;
+    rs.output = shard.data_ptr();
+    rs.count = size_t(m);
+    rs.op = host_op(op);
+    core::reduce_scatter(ctx, rs);
+    if (inter_->getSize() > 1) {
+      works[size_t(k)] = issue_remote(ctx, "all_reduce", [&] {
+        std::vector<at::Tensor> ts{shard};
+        c10d::AllreduceOptions o;
+        o.reduceOp = c10d_op(op);
+        return inter_->allreduce(ts, o);
+      });
+    }
+    if (k > 0) gather(k - 1);
+  }
+  gather(pieces - 1);
+}
+
+void HierarchicalPlan::all_reduce(const core::Context& ctx, const at::Tensor& t, core::ReduceOp op) const {
+  const int64_t n = t.numel();
+  // The part that splits into L equal shards goes reduce-scatter / all-reduce /
+  // all-gather; the few elements left over go through the leaders.
+  const int64_t L = layout_.local_size();
+  const int64_t main = route(core::Collective::kAllReduce, t) == core::Route::kRsArAg ? n / L * L : 0;
+  if (main > 0) rs_ar_ag(ctx, t.narrow(0, 0, main), op);
+  if (main < n || n == 0) leader_all_reduce(ctx, t.narrow(0, main, n - main), op);
+}
+
+void HierarchicalPlan::reduce(const core::Context& ctx, const at::Tensor& t, core::ReduceOp op,
+                              int root) const {
+  // An all-reduce on a copy: the other ranks' tensors are not to be written.
+  at::Tensor work = t.clone();
+  all_reduce(ctx, work, op);
+  if (root == layout_.rank) t.copy_(work);
+}
+
+void HierarchicalPlan::broadcast(const core::Context& ctx, const at::Tensor& t, int root) const {
+  const int root_host = layout_.host_of[size_t(root)];
+  core::BroadcastArgs b;
+  b.dtype = dtype_of(t);
+  b.data = t.data_ptr();
+  b.count = size_t(t.numel());
+  b.restore = false;
+  // The root's host first, then its leader to the other leaders, then
+  // each other host from its leader.
+  if (layout_.host == root_host) {
+    b.root = layout_.local_of[size_t(root)];
+    core::broadcast(ctx, b);
+  }
+  if (layout_.local_rank == 0 && inter_->getSize() > 1 && t.numel() > 0) {
+    remote(ctx, "broadcast", [&] {
+      std::vector<at::Tensor> ts{t};
+      c10d::BroadcastOptions o;
+      o.rootRank = root_host;
+      return inter_->broadcast(ts, o);
+    });
+  }
+  if (layout_.host != root_host) {
+    b.root = 0;
+    core::broadcast(ctx, b);
+  }
+}
+
+void HierarchicalPlan::all_gather(const core::Context& ctx, const at::Tensor& in,
+                                  const at::Tensor& out) const {
+  if (route(core::Collective::kAllGather, in) == core::Route::kGloo) {
+    remote(ctx, "all_gather", [&] {
+      at::Tensor o = out, i = in;
+      return group_->_allgather_base(o, i, c10d::AllgatherOptions());
+    });
+    return;
+  }
+  const int64_t c = in.numel();
+  if (c == 0) return;  // the same on every rank: nothing to move
+  const int H = int(layout_.hosts.size()), L = layout_.local_size();
+  // Between hosts first: every rank gets the inputs of its counterparts on
+  // every host ([host]), then the host gathers those ([local][host]).
+  at::Tensor across = at::empty({int64_t(H) * c}, in.options());
+  remote(ctx, "all_gather", [&] {
+    at::Tensor i = in;
+    return inter_->_allgather_base(across, i, c10d::AllgatherOptions());
+  });
+  at::Tensor all = at::empty({int64_t(L) * H * c}, in.options());
+  core::AllGatherArgs ag;
+  ag.dtype = dtype_of(in);
+  ag.input = across.data_ptr();
+  ag.output = all.data_ptr();
+  ag.count = size_t(int64_t(H) * c);
+  core::all_gather(ctx, ag);
+  for (int l = 0; l < L; ++l) {
+    for (int h = 0; h < H; ++h) {
+      const int g = layout_.hosts[size_t(h)][size_t(l)];
+      out.narrow(0, int64_t(g) * c, c).copy_(all.narrow(0, (int64_t(l) * H + h) * c, c));
+    }
+  }
+}
+
+void HierarchicalPlan::reduce_scatter(const core::Context& ctx, const at::Tensor& in,
+                                      const at::Tensor& out, core::ReduceOp op) const {
+  const int64_t c = out.numel();
+  if (c == 0) return;  // the same on every rank: nothing to move
+  if (route(core::Collective::kReduceScatter, in) == core::Route::kGloo) {
+    remote(ctx, "reduce_scatter", [&] {
+      at::Tensor o = out, i = in;
+      c10d::ReduceScatterOptions opts;
+      opts.reduceOp = c10d_op(op);
+      return group_->_reduce_scatter_base(o, i, opts);
+    });
+    if (op == core::ReduceOp::kAvg) out.div_(layout_.world());
+    return;
+  }
+  const int H = int(layout_.hosts.size()), L = layout_.local_size();
+  // Chunks in [local][host] order, so the host's reduce-scatter leaves local
+  // rank l the chunks of every host's l-th rank; those are then reduced
+  // between hosts, each rank keeping its own.
+  at::Tensor perm = at::empty({int64_t(L) * H * c}, in.options());
+  for (int l = 0; l < L; ++l) {
+    for (int h = 0; h < H; ++h) {
+      const int g = layout_.hosts[size_t(h)][size_t(l)];
+      perm.narrow(0, (int64_t(l) * H + h) * c, c).copy_(in.narrow(0, int64_t(g) * c, c));
+    }
+  }
+  at::Tensor part = at::empty({int64_t(H) * c}, in.options());
+  core::ReduceScatterArgs rs;
+  rs.dtype = dtype_of(out);
+  rs.input = perm.data_ptr();
+  rs.output = part.data_ptr();
+  rs.count = size_t(int64_t(H) * c);
+  rs.op = host_op(op);
+  core::reduce_scatter(ctx, rs);
+  if (inter_->getSize() > 1) {
+    remote(ctx, "reduce_scatter", [&] {
+      at::Tensor o = out;
+      c10d::ReduceScatterOptions opts;
+      opts.reduceOp = c10d_op(op);
+      return inter_->_reduce_scatter_base(o, part, opts);
+    });
+  } else {
+    out.copy_(part);
+  }
+  if (op == core::ReduceOp::kAvg) out.div_(layout_.world());
+}
+
+void HierarchicalPlan::all_to_all(const core::Context& ctx, const std::vector<at::Tensor>& sends,
+                                  const std::vector<at::Tensor>& recvs) const {
+  // Between hosts the exchange is the group-wide backend's, as one
+  // all_to_all_single with split sizes in elements.
+  std::vector<int64_t> is, os;
+  int64_t out_total = 0;
+  for (size_t r = 0; r < sends.size(); ++r) {
+    is.push_back(sends[r].numel());
+    os.push_back(recvs[r].numel());
+    out_total += recvs[r].numel();
+  }
+  at::Tensor in = at::cat(sends);
+  at::Tensor out = at::empty({out_total}, in.options());
+  remote(ctx, "all_to_all", [&] {
+    // Copies: the backend may take its split sizes over (gloo moves them).
+    std::vector<int64_t> o = os, i = is;
+    return group_->alltoall_base(out, in, o, i, c10d::AllToAllOptions());
+  });
+  int64_t offset = 0;
+  for (size_t r = 0; r < recvs.size(); ++r) {
+    recvs[r].copy_(out.narrow(0, offset, os[r]));
+    offset += os[r];
+  }
+}
+
+void HierarchicalPlan::barrier(const core::Context& ctx) const {
+  core::barrier(ctx);
+  if (layout_.local_rank == 0 && inter_->getSize() > 1) {
+    at::Tensor one = at::zeros({1}, at::kFloat);
+    remote(ctx, "barrier", [&] {
+      std::vector<at::Tensor> ts{one};
+      return inter_->allreduce(ts, c10d::AllreduceOptions());
+    });
+  }
+  core::barrier(ctx);
+}
+
+}  // namespace pycomm

@@ -1,0 +1,93 @@
+#include "host_plan.h"
+
+#include "dtype_map.h"
+
+namespace pycomm {
+
+HostPlan::HostPlan(int world, const core::CommConfig& config)
+    : world_(world), direct_max_bytes_(config.tuning.direct_max_bytes) {}
+
+core::RouteQuery HostPlan::route_query() const {
+  core::RouteQuery q;
+  q.local_size = world_;
+  q.direct_max_bytes = direct_max_bytes_;
+  return q;
+}
+
+// c10d's collectives never put a failed call's tensor back (DDP drops a failed
+// step's buckets): no backup copy (restore = false) on any of them.
+
+void HostPlan::all_reduce(const core::Context& ctx, const at::Tensor& t, core::ReduceOp op) const {
+  core::AllReduceArgs a;
+  a.dtype = dtype_of(t);
+  a.data = t.data_ptr();
+  a.count = size_t(t.numel());
+  a.op = op;
+  a.restore = false;
+  core::all_reduce(ctx, a);
+}
+
+void HostPlan::broadcast(const core::Context& ctx, const at::Tensor& t, int root) const {
+  core::BroadcastArgs a;
+  a.dtype = dtype_of(t);
+  a.data = t.data_ptr();
+  a.count = size_t(t.numel());
+  a.root = root;
+  a.restore = false;
+  core::broadcast(ctx, a);
+}
+
+void HostPlan::reduce(const core::Context& ctx, const at::Tensor& t, core::ReduceOp op, int root) const {
+  core::ReduceArgs a;
+  a.dtype = dtype_of(t);
+  a.data = t.data_ptr();
+  a.count = size_t(t.numel());
+  a.op = op;
+  a.root = root;
+  a.restore = false;
+  core::reduce(ctx, a);
+}
+
+void HostPlan::all_gather(const core::Context& ctx, const at::Tensor& in, const at::Tensor& out) const {
+  core::AllGatherArgs a;
+  a.dtype = dtype_of(in);
+  a.input = in.data_ptr();
+  a.output = out.data_ptr();
+  a.count = size_t(in.numel());
+  core::all_gather(ctx, a);
+}
+
+void HostPlan::reduce_scatter(const core::Context& ctx, const at::Tensor& in, const at::Tensor& out,
+                              core::ReduceOp op) const {
+  core::ReduceScatterArgs a;
+  a.dtype = dtype_of(out);
+  a.input = in.data_ptr();
+  a.output = out.data_ptr();
+  a.count = size_t(out.numel());
+  a.op = op;
+  core::reduce_scatter(ctx, a);
+}
+
+void HostPlan::all_to_all(const core::Context& ctx, const std::vector<at::Tensor>& sends,
+                          const std::vector<at::Tensor>& recvs) const {
+  std::vector<const void*> sp;
+  std::vector<void*> rp;
+  std::vector<size_t> sc, rc;
+  for (size_t r = 0; r < sends.size(); ++r) {
+    sp.push_back(sends[r].data_ptr());
+    sc.push_back(size_t(sends[r].numel()));
+    rp.push_back(recvs[r].data_ptr());
+    rc.push_back(size_t(recvs[r].numel()));
+  }
+  core::AllToAllArgs a;
+  a.send = sp.data();
+  a.send_counts = sc.data();
+  a.recv = rp.data();
+  a.recv_counts = rc.data();
+  a.dtype = dtype_of(sends.at(0));
+  core::all_to_all(ctx, a);
+}
+
+void HostPlan::barrier(const core::Context& ctx) const { core::barrier(ctx); }
+
+}  // namespace pycomm

@@ -1,0 +1,53 @@
+// A plan: how the collectives of one c10d backend move their bytes, once the
+// front-end (frontend.h) has checked the call, packed its lists into flat
+// buffers and applied premul_sum's factor. Every method runs on the
+// communicator's worker (or an idle caller), in call order, on 1-D contiguous
+// CPU tensors of one dtype, and is called the same way on every rank.
+//
+// Plans: HostPlan (host_plan.h: one core collective over this host's shared
+// memory) and HierarchicalPlan (hierarchical_plan.h: shared memory inside each
+// host, another backend between hosts). CUDA tensors take the CUDA plan
+// (cuda_path.h), which makes jobs of its own on a device stream; what pycomm
+// does not run goes to the fallback backend (both chosen by the routing
+// table, csrc/core/routing.h).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <vector>
+
+#include "../core/collectives/collectives.h"
+#include "../core/routing.h"
+
+namespace pycomm {
+
+class Plan {
+ public:
+  virtual ~Plan() = default;
+
+  // The layout part of a route query (hosts, uniform, local_size) and the
+  // plan's thresholds; the front-end adds the call's own fields.
+  virtual core::RouteQuery route_query() const = 0;
+
+  // In place: `t` ends as the reduction of every rank's `t`.
+  virtual void all_reduce(const core::Context& ctx, const at::Tensor& t, core::ReduceOp op) const = 0;
+  // `root` is a rank of the group.
+  virtual void broadcast(const core::Context& ctx, const at::Tensor& t, int root) const = 0;
+  // The root's `t` ends as the reduction; the other ranks' `t` is not written.
+  virtual void reduce(const core::Context& ctx, const at::Tensor& t, core::ReduceOp op,
+                      int root) const = 0;
+  // `out` holds world x `in`, in rank order; `in` is not written.
+  virtual void all_gather(const core::Context& ctx, const at::Tensor& in,
+                          const at::Tensor& out) const = 0;
+  // `in` holds world x `out`; `out` ends as the reduction of every rank's
+  // chunk of this rank; `in` may be written (it is the front-end's own copy
+  // when premul_sum scaled it, else the caller's, which no plan writes).
+  virtual void reduce_scatter(const core::Context& ctx, const at::Tensor& in, const at::Tensor& out,
+                              core::ReduceOp op) const = 0;
+  // sends[r] goes to rank r, which receives it into its recvs[this rank].
+  virtual void all_to_all(const core::Context& ctx, const std::vector<at::Tensor>& sends,
+                          const std::vector<at::Tensor>& recvs) const = 0;
+  virtual void barrier(const core::Context& ctx) const = 0;
+};
+
+}  // namespace pycomm

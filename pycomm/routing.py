@@ -1,0 +1,60 @@
+"""Which plan and algorithm a collective takes: the backend's own routing table
+(csrc/core/routing.h, read through pycomm._tables, which needs no torch), for
+`pycomm doctor`, topology.HostLayout.plan() and the scaling model.
+
+    from pycomm import routing
+    routing.all_reduce_route(hosts=2, local_size=4, nbytes=16 << 20)
+    # Route(plan='hierarchical', algorithm='rs-ar-ag')
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+from . import _tables
+from .config import setting
+
+COLLECTIVES = _tables.COLLECTIVES  # in the table's order
+PLANS = _tables.PLANS
+ALGORITHMS = _tables.ALGORITHMS
+
+# What each algorithm does, for the people reading doctor's plan.
+DESCRIPTIONS = {
+    "direct": "one shot through the shared-memory slots",
+    "ring": "the pipelined shared-memory ring",
+    "pairwise": "pairwise shared-memory steps",
+    "leader": "reduce to each host's first rank, gloo among those leaders, broadcast back",
+    "rs-ar-ag": "shared-memory reduce-scatter, gloo all-reduce of a 1/L shard per local "
+                "index, shared-memory all-gather",
+    "local-index": "gloo among the ranks of one local index, shared memory inside each host",
+    "root-host": "the root's host first, its leader to the other leaders, then each host",
+    "cuda-ipc": "pycomm's CUDA IPC kernels on one host",
+    "gloo": "gloo over the whole group, after pycomm's queued work",
+}
+
+
+class Route(NamedTuple):
+    plan: str       # one of PLANS
+    algorithm: str  # one of ALGORITHMS
+
+
+def route(collective: str, *, hosts: int = 1, local_size: int = 1, uniform: bool = True,
+          count: int = 0, itemsize: int = 4, cuda: bool = False, native_op: bool = True,
+          leader_max_bytes: Optional[int] = None, direct_max_bytes: Optional[int] = None) -> Route:
+    """The route of `collective` with `count` elements of `itemsize` bytes per rank's input
+    (all_reduce: the tensor) on `hosts` hosts of `local_size` ranks; the two thresholds
+    default to the settings (csrc/core/settings.h, with their PYCOMM_* overrides)."""
+    if leader_max_bytes is None:
+        leader_max_bytes = setting("hier_leader_max_bytes")
+    if direct_max_bytes is None:
+        direct_max_bytes = setting("direct_max_bytes", world=local_size)
+    return Route(*_tables.route(collective, cuda=cuda, native_op=native_op, hosts=hosts,
+                                uniform=uniform, local_size=local_size, count=count,
+                                bytes=count * itemsize, direct_max_bytes=direct_max_bytes,
+                                leader_max_bytes=leader_max_bytes))
+
+
+def all_reduce_route(*, hosts: int, local_size: int, nbytes: int, itemsize: int = 4,
+                     uniform: bool = True, leader_max_bytes: Optional[int] = None) -> Route:
+    """The route of an all-reduce of `nbytes` bytes (elements of `itemsize` bytes)."""
+    return route("all_reduce", hosts=hosts, local_size=local_size, uniform=uniform,
+                 count=nbytes // itemsize, itemsize=itemsize, leader_max_bytes=leader_max_bytes)

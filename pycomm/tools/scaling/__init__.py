@@ -1,0 +1,34 @@
+"""The scaling model: what synchronous data-parallel training costs on N GPUs, and why.
+
+Torch-free: it imports the standard library, pycomm.routing (the backend's routing table) and
+pycomm.tools.results_schema only, so it runs where pycomm's extension cannot load.
+
+    links      the interconnect catalogue (alpha and B of NVLink, PCIe, InfiniBand, Ethernet)
+    model      the formulas (ring, buckets, hierarchy, overlap, epochs) and predict()
+    calibrate  alpha and B fitted to the bench's JSON rows; a measured step against the model
+    presets    published ResNet-50 runs reproduced, with notes deriving each figure
+
+    from pycomm.tools import scaling
+    nvlink, ib = scaling.get_interconnect("nvlink"), scaling.get_interconnect("ib")
+    scaling.predict(scaling.RESNET50, scaling.Cluster(32, 8, nvlink, ib)).efficiency
+    scaling.get_preset("resnet50-4xa100").notes   # or PRESETS: published runs, explained
+"""
+from .calibrate import (Calibration, Comparison, calibrate, calibrate_hierarchical,
+                        compare_with_measurement, fit_alpha_beta)
+from .links import INTERCONNECTS, Interconnect, get_interconnect
+from .model import (DDP_BUCKET_CAP, DEFAULT_OVERLAP, GB, MB, MIB, Cluster, Prediction, Sync,
+                    Workload, bucketed_allreduce_time, epoch_seconds, flat_ring_allreduce_time,
+                    hierarchical_allreduce_time, hierarchy_table, predict, ring_allreduce_time,
+                    split_buckets, steps_per_epoch)
+from .presets import PRESETS, RESNET50, RESNET50_PARAMS, Scenario, get_preset
+
+__all__ = [
+    "DDP_BUCKET_CAP", "DEFAULT_OVERLAP", "GB", "INTERCONNECTS", "MB", "MIB", "PRESETS",
+    "RESNET50", "RESNET50_PARAMS",
+    "Calibration", "Cluster", "Comparison", "Interconnect", "Prediction", "Scenario", "Sync",
+    "Workload",
+    "bucketed_allreduce_time", "calibrate", "calibrate_hierarchical", "compare_with_measurement",
+    "epoch_seconds", "fit_alpha_beta", "flat_ring_allreduce_time", "get_interconnect",
+    "get_preset", "hierarchical_allreduce_time", "hierarchy_table", "predict",
+    "ring_allreduce_time", "split_buckets", "steps_per_epoch",
+]

@@ -1,0 +1,90 @@
+"""The routing and settings tables (csrc/core/routing.h, settings.h) as Python
+reads them through pycomm._tables, against what the backend runs."""
+import pytest
+
+from pycomm import _tables, config, routing
+
+
+def test_the_table_names_every_collective_plan_and_algorithm():
+    assert routing.COLLECTIVES[:7] == ("all_reduce", "broadcast", "reduce", "all_gather",
+                                       "reduce_scatter", "all_to_all", "barrier")
+    assert set(routing.PLANS) == {"host", "hierarchical", "cuda", "fallback"}
+    # Every algorithm has a description for doctor's plan, and nothing else does.
+    assert set(routing.DESCRIPTIONS) == set(routing.ALGORITHMS)
+
+
+@pytest.mark.parametrize("world,nbytes,expected", [
+    (2, 64, "direct"), (2, 68, "ring"), (4, 64 << 10, "direct"), (4, (64 << 10) + 4, "ring"),
+    (1, 1 << 30, "direct"),  # one rank: nothing to pipeline
+])
+def test_one_host_takes_direct_up_to_direct_max_bytes(world, nbytes, expected):
+    r = routing.all_reduce_route(hosts=1, local_size=world, nbytes=nbytes)
+    assert r == routing.Route("host", expected)
+    assert routing.route("all_gather", local_size=world, count=nbytes // 4).algorithm == expected
+
+
+def test_across_hosts_the_shard_form_needs_size_equal_hosts_and_an_element_per_rank():
+    def algo(**kw):
+        return routing.all_reduce_route(hosts=2, local_size=4, leader_max_bytes=1024, **kw).algorithm
+    assert algo(nbytes=1024) == "leader"
+    assert algo(nbytes=1028) == "rs-ar-ag"
+    assert algo(nbytes=1 << 20, uniform=False) == "leader"
+    assert routing.all_reduce_route(hosts=2, local_size=4, nbytes=12, leader_max_bytes=0).algorithm == "leader"
+    assert routing.all_reduce_route(hosts=2, local_size=4, nbytes=16, leader_max_bytes=0).algorithm == "rs-ar-ag"
+    assert routing.route("all_gather", hosts=2, local_size=2, uniform=False).algorithm == "gloo"
+    assert routing.route("all_gather", hosts=2, local_size=2) == ("hierarchical", "local-index")
+
+
+def test_what_pycomm_does_not_run_goes_to_the_fallback():
+    for c in ("gather", "scatter", "send", "recv"):
+        assert routing.route(c) == ("fallback", "gloo")
+    for c in ("all_reduce", "reduce", "reduce_scatter"):  # a bitwise op
+        assert routing.route(c, native_op=False) == ("fallback", "gloo")
+    assert routing.route("broadcast", native_op=False).plan == "host"  # no reduction: op unused
+    assert routing.route("all_reduce", cuda=True) == ("cuda", "cuda-ipc")
+    assert routing.route("all_reduce", cuda=True, hosts=2, local_size=1) == ("fallback", "gloo")
+    assert routing.route("all_gather", cuda=True) == ("fallback", "gloo")
+
+
+def test_route_rejects_what_it_does_not_know():
+    with pytest.raises(ValueError, match="collective: unknown collective 'allreduce'"):
+        _tables.route("allreduce")
+    with pytest.raises(ValueError, match="hosts, local_size"):
+        _tables.route("all_reduce", hosts=0)
+
+
+def test_the_settings_table_is_what_the_communicator_takes():
+    import pycomm
+
+    names = [s.name for s in config.SETTINGS]
+    assert len(set(names)) == len(names) and len({s.env for s in config.SETTINGS}) == len(names)
+    assert all(s.env.startswith("PYCOMM_") and s.why for s in config.SETTINGS)
+    # The C++ dict conversion is made from the same table: it takes every name, and only those.
+    cfg = config.communicator_config(1, 5.0)
+    assert list(cfg) == names
+    c = pycomm._C.Communicator(0, 1, pycomm._C.new_segment_name("routing-test"), True, cfg)
+    try:
+        assert c.config == cfg
+    finally:
+        c.unlink_name()
+        c.close()
+    with pytest.raises(ValueError, match="config: unknown setting 'nope'"):
+        pycomm._C.Communicator(0, 1, pycomm._C.new_segment_name("routing-test"), True, {"nope": 1})
+
+
+def test_environment_variables_override_in_their_units(monkeypatch):
+    monkeypatch.setenv("PYCOMM_HIER_LEADER_MAX_KB", "2.5")
+    monkeypatch.setenv("PYCOMM_RESTORE_ON_FAILURE", "0")
+    monkeypatch.setenv("PYCOMM_CUDA_BUFFER_MB", "1")
+    assert config.setting("hier_leader_max_bytes") == 2560
+    assert config.setting("restore_on_failure") is False
+    cfg = config.communicator_config(2, 1.0)
+    assert cfg["cuda_buffer_bytes"] == 1 << 20 and cfg["hier_leader_max_bytes"] == 2560
+    # The routing rule reads the overridden threshold.
+    assert routing.all_reduce_route(hosts=2, local_size=2, nbytes=2560).algorithm == "leader"
+    assert routing.all_reduce_route(hosts=2, local_size=2, nbytes=2564).algorithm == "rs-ar-ag"
+    monkeypatch.setenv("PYCOMM_SPIN_US", "fast")
+    with pytest.raises(ValueError, match="PYCOMM_SPIN_US: expected a number, got 'fast'"):
+        config.communicator_config(2, 1.0)
+    with pytest.raises(ValueError, match="name: unknown setting 'spin'"):
+        config.setting("spin")
