@@ -11,8 +11,8 @@ run on a GPU.
 
 The torch-free parts (pycomm.config, pycomm.routing, pycomm.tools.scaling) import
 where torch or the runtime extension pycomm._C cannot load: the runtime's names
-then raise the ImportError that stopped it, at first use (and with torch
-there, importing pycomm warns at once).
+then raise an AttributeError that names the ImportError that stopped it (and
+with torch there, importing pycomm warns at once).
 """
 __all__ = [
     "CollectiveMismatch",
@@ -57,6 +57,8 @@ else:
 
 def __getattr__(name):
     if _RUNTIME_ERROR is not None and name in __all__:
-        raise ImportError(f"pycomm.{name} needs pycomm's runtime, which did not load: "
-                          f"{_RUNTIME_ERROR}") from _RUNTIME_ERROR
+        # An AttributeError, so hasattr() and getattr(..., default) work; it
+        # says why and chains the ImportError.
+        raise AttributeError(f"pycomm.{name} needs pycomm's runtime, which did not load: "
+                             f"{_RUNTIME_ERROR}") from _RUNTIME_ERROR
     raise AttributeError(f"module 'pycomm' has no attribute {name!r}")

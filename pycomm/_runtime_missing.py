@@ -9,13 +9,18 @@ import warnings
 
 def runtime_missing(error: ImportError):
     try:
-        import torch.distributed as dist
+        import torch  # noqa: F401
     except ImportError:
         return  # no torch: the torch-free parts are all there is to use
 
     warnings.warn(f"pycomm's runtime did not load ({error}); only its torch-free parts "
                   f"(pycomm.config, pycomm.routing, pycomm.tools.scaling) work",
                   RuntimeWarning, stacklevel=3)
+
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return
 
     def _create(*_args, **_kwargs):
         raise ImportError(f"pycomm's runtime did not load: {error}") from error

@@ -46,7 +46,10 @@ def _from_env(s: Setting):
     raw = os.environ.get(s.env)
     if not raw:
         return None
-    return _CAST[s.type](_number(s.env, raw) * s.factor)
+    value = _number(s.env, raw)
+    if value < 0:
+        raise ValueError(f"{s.env}: expected a number of 0 or more, got {raw!r}")
+    return _CAST[s.type](value * s.factor)
 
 
 def setting(name: str, world: int = 2):

@@ -735,6 +735,12 @@ def bad_input_case():
             expect_raises(c, f"all_reduce PREMUL_SUM {name}",
                           lambda: dist.all_reduce(t, op=dist._make_nccl_premul_sum(2.0)),
                           (ValueError, TypeError), ["premul"], t, premul_right)
+        if world > 1:
+            # Equal blocks are whole rows (torch's rule, which gloo checks too): world + 1
+            # rows of world elements do not split evenly, though their elements would.
+            x, y = torch.zeros(world + 1, world), torch.zeros(world + 1, world)
+            expect_raises(c, "all_to_all_single rows that do not split evenly",
+                          lambda: dist.all_to_all_single(y, x), ValueError, ["dim 0", "evenly"], x)
         for name, dtype in (("bool", torch.bool), ("int16", torch.int16)):
             t = torch.ones(5, dtype=dtype)
             expect_raises(c, f"all_reduce {name}", lambda: dist.all_reduce(t), (TypeError, ValueError),

@@ -51,6 +51,10 @@ def test_route_rejects_what_it_does_not_know():
         _tables.route("allreduce")
     with pytest.raises(ValueError, match="hosts, local_size"):
         _tables.route("all_reduce", hosts=0)
+    with pytest.raises(ValueError, match="count: expected a size of 0 or more, got -1"):
+        _tables.route("all_reduce", count=-1)
+    with pytest.raises(OverflowError):
+        _tables.route("all_reduce", bytes=1 << 64)
 
 
 def test_the_settings_table_is_what_the_communicator_takes():
@@ -86,5 +90,33 @@ def test_environment_variables_override_in_their_units(monkeypatch):
     monkeypatch.setenv("PYCOMM_SPIN_US", "fast")
     with pytest.raises(ValueError, match="PYCOMM_SPIN_US: expected a number, got 'fast'"):
         config.communicator_config(2, 1.0)
+    monkeypatch.setenv("PYCOMM_SPIN_US", "0")
+    monkeypatch.setenv("PYCOMM_HIER_PIECE_KB", "-4")
+    with pytest.raises(ValueError, match="PYCOMM_HIER_PIECE_KB: expected a number of 0 or more"):
+        config.communicator_config(2, 1.0)
     with pytest.raises(ValueError, match="name: unknown setting 'spin'"):
         config.setting("spin")
+
+
+def test_without_the_runtime_the_torch_free_parts_import_and_the_rest_says_why():
+    import subprocess
+    import sys
+
+    code = """
+import sys
+sys.modules["torch"] = None  # as on a machine without torch: pycomm._C cannot load
+import pycomm
+from pycomm import config, routing
+assert routing.all_reduce_route(hosts=2, local_size=2, nbytes=1 << 20).algorithm == "rs-ar-ag"
+assert config.setting("hier_piece_bytes") == 4 << 20
+assert not hasattr(pycomm, "all_reduce")
+try:
+    pycomm.init
+except AttributeError as e:
+    assert "needs pycomm's runtime" in str(e) and "torch" in str(e), e
+else:
+    raise AssertionError("pycomm.init without its runtime")
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

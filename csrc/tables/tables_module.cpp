@@ -102,8 +102,9 @@ PyObject* route(PyObject*, PyObject* args, PyObject* kwargs) {
   const char* collective = nullptr;
   int cuda = 0, native_op = 1, uniform = 1;
   RouteQuery q;
-  unsigned long long count = 0, bytes = 0, direct_max = 0, leader_max = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "s|$ppipiKKKK:route", const_cast<char**>(keywords),
+  // Signed, so that a negative size is an error here rather than a huge one.
+  long long count = 0, bytes = 0, direct_max = 0, leader_max = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "s|$ppipiLLLL:route", const_cast<char**>(keywords),
                                    &collective, &cuda, &native_op, &q.hosts, &uniform,
                                    &q.local_size, &count, &bytes, &direct_max, &leader_max)) {
     return nullptr;
@@ -113,13 +114,24 @@ PyObject* route(PyObject*, PyObject* args, PyObject* kwargs) {
     PyErr_SetString(PyExc_ValueError, "hosts, local_size: expected at least 1");
     return nullptr;
   }
+  const struct {
+    const char* name;
+    long long value;
+    size_t* field;
+  } sizes[] = {{"count", count, &q.count},
+               {"bytes", bytes, &q.bytes},
+               {"direct_max_bytes", direct_max, &q.direct_max_bytes},
+               {"leader_max_bytes", leader_max, &q.leader_max_bytes}};
+  for (const auto& x : sizes) {
+    if (x.value < 0) {
+      PyErr_Format(PyExc_ValueError, "%s: expected a size of 0 or more, got %lld", x.name, x.value);
+      return nullptr;
+    }
+    *x.field = size_t(x.value);
+  }
   q.cuda = cuda;
   q.native_op = native_op;
   q.uniform = uniform;
-  q.count = size_t(count);
-  q.bytes = size_t(bytes);
-  q.direct_max_bytes = size_t(direct_max);
-  q.leader_max_bytes = size_t(leader_max);
   const Routed r = pycomm::core::route(q);
   return Py_BuildValue("(ss)", plan_name(r.plan), route_name(r.route));
 }
@@ -158,23 +170,30 @@ PyMethodDef methods[] = {
 PyModuleDef module = {PyModuleDef_HEAD_INIT, "pycomm._tables",
                       "pycomm's settings and routing tables, without torch.", -1, methods};
 
+// PyModule_AddObject without its leak on failure; steals `value`.
+int add(PyObject* m, const char* name, PyObject* value) {
+  const int rc = PyModule_AddObjectRef(m, name, value);
+  Py_XDECREF(value);
+  return rc;
+}
+
 }  // namespace
 
 PyMODINIT_FUNC PyInit__tables() {
   PyObject* m = PyModule_Create(&module);
   if (m == nullptr) return nullptr;
   const bool ok =
-      PyModule_AddObject(m, "COLLECTIVES", names(kCollectives, [](size_t i) {
+      add(m, "COLLECTIVES", names(kCollectives, [](size_t i) {
         return collective_name(Collective(i));
       })) == 0 &&
-      PyModule_AddObject(m, "PLANS", names(kPlans, [](size_t i) { return plan_name(Plan(i)); })) == 0 &&
-      PyModule_AddObject(m, "ALGORITHMS", names(kRoutes, [](size_t i) {
+      add(m, "PLANS", names(kPlans, [](size_t i) { return plan_name(Plan(i)); })) == 0 &&
+      add(m, "ALGORITHMS", names(kRoutes, [](size_t i) {
         return route_name(Route(i));
       })) == 0 &&
-      PyModule_AddObject(m, "REDUCE_OPS", names(std::size(kReduceOps), [](size_t i) {
+      add(m, "REDUCE_OPS", names(std::size(kReduceOps), [](size_t i) {
         return op_name(kReduceOps[i]);
       })) == 0 &&
-      PyModule_AddObject(m, "ALL_REDUCE_ALGORITHMS", names(std::size(kAllReduceAlgorithms), [](size_t i) {
+      add(m, "ALL_REDUCE_ALGORITHMS", names(std::size(kAllReduceAlgorithms), [](size_t i) {
         return algorithm_name(uint32_t(kAllReduceAlgorithms[i]));
       })) == 0;
   if (!ok) {

@@ -46,8 +46,10 @@ bool any_cuda(const std::vector<std::vector<at::Tensor>>& lists) {
   return false;
 }
 
-// The 1-D view of a contiguous tensor: the shape every plan works on.
-at::Tensor flat(const at::Tensor& t) { return t.reshape({-1}); }
+// The 1-D view of a contiguous tensor: the shape every plan works on. A 1-D
+// tensor (DDP's buckets) is its own: a view is an op through torch's
+// dispatcher, microseconds on a small message's path.
+at::Tensor flat(const at::Tensor& t) { return t.dim() == 1 ? t : t.reshape({-1}); }
 
 std::vector<at::Tensor> flat_each(const std::vector<at::Tensor>& ts) {
   std::vector<at::Tensor> out;
@@ -56,36 +58,48 @@ std::vector<at::Tensor> flat_each(const std::vector<at::Tensor>& ts) {
   return out;
 }
 
-// The ranks' blocks of all_to_all_single's tensor, by split sizes in rows of
-// dim 0 (none: equal blocks), as 1-D views.
-std::vector<at::Tensor> blocks_of(const at::Tensor& t, const std::vector<int64_t>& splits, int world,
-                                  const char* arg) {
-  std::vector<int64_t> counts(static_cast<size_t>(world));
+// all_to_all_single's blocks of `t`: by split sizes in rows of dim 0, or
+// (none given) equal blocks of whole rows.
+Blocks blocks_of(const at::Tensor& t, const std::vector<int64_t>& splits, int world, const char* arg) {
+  Blocks b;
+  b.tensors = {t};
+  b.counts.resize(static_cast<size_t>(world));
+  const int64_t row = t.dim() == 0 || t.size(0) == 0 ? 0 : t.numel() / t.size(0);
   if (splits.empty()) {
-    TORCH_CHECK_VALUE(t.numel() % world == 0, arg, ": ", t.numel(),
-                      " elements do not split evenly over ", world, " ranks");
-    for (auto& c : counts) c = t.numel() / world;
+    // As torch documents it (and gloo checks it).
+    TORCH_CHECK_VALUE(t.dim() > 0 && t.size(0) % world == 0, arg, ": dim 0 of size ",
+                      t.dim() > 0 ? t.size(0) : 0, " does not split evenly over ", world, " ranks");
+    for (auto& c : b.counts) c = t.size(0) / world * row;
   } else {
     TORCH_CHECK_VALUE(int64_t(splits.size()) == world, arg, "_split_sizes: expected ", world,
                       " sizes (the world size), got ", splits.size());
-    const int64_t row = t.dim() == 0 || t.size(0) == 0 ? 0 : t.numel() / t.size(0);
     int64_t rows = 0;
     for (int r = 0; r < world; ++r) {
       TORCH_CHECK_VALUE(splits[size_t(r)] >= 0, arg, "_split_sizes: negative size ", splits[size_t(r)]);
       rows += splits[size_t(r)];
-      counts[size_t(r)] = splits[size_t(r)] * row;
+      b.counts[size_t(r)] = splits[size_t(r)] * row;
     }
     TORCH_CHECK_VALUE(t.dim() > 0 && rows == t.size(0), arg, "_split_sizes: they add up to ", rows,
                       " rows, the tensor has ", t.dim() > 0 ? t.size(0) : 0);
   }
-  std::vector<at::Tensor> blocks;
-  const at::Tensor f = flat(t);
+  char* base = static_cast<char*>(t.data_ptr());
   int64_t offset = 0;
-  for (int64_t c : counts) {
-    blocks.push_back(f.narrow(0, offset, c));
+  for (int64_t c : b.counts) {
+    b.data.push_back(base + offset * int64_t(t.element_size()));
     offset += c;
   }
-  return blocks;
+  return b;
+}
+
+// The list form's blocks: one tensor each.
+Blocks blocks_of(const std::vector<at::Tensor>& ts) {
+  Blocks b;
+  b.tensors = ts;
+  for (const auto& t : ts) {
+    b.data.push_back(t.data_ptr());
+    b.counts.push_back(t.numel());
+  }
+  return b;
 }
 
 void check_root(int64_t root, int size, const char* arg) {
@@ -95,7 +109,7 @@ void check_root(int64_t root, int size, const char* arg) {
 }  // namespace
 
 Backend::Backend(int rank, int size, std::shared_ptr<Communicator> comm,
-                 std::unique_ptr<const Plan> plan, c10::intrusive_ptr<c10d::Backend> fallback)
+                 std::shared_ptr<const Plan> plan, c10::intrusive_ptr<c10d::Backend> fallback)
     : c10d::Backend(rank, size),
       comm_(std::move(comm)),
       plan_(std::move(plan)),
@@ -186,10 +200,10 @@ c10::intrusive_ptr<c10d::Work> Backend::all_reduce(std::vector<at::Tensor>& tens
   for (const auto& t : tensors) check_op_for_dtype(red.op, red.premul, check_tensor(t, "tensor"));
   Job job;
   job.outputs = tensors;
-  job.body = [this, flats = flat_each(tensors), red](const core::Context& ctx) {
+  job.body = [plan = plan_, flats = flat_each(tensors), red](const core::Context& ctx) {
     for (const auto& t : flats) {
       if (red.premul) t.mul_(red.factor);
-      plan_->all_reduce(ctx, t, red.op);
+      plan->all_reduce(ctx, t, red.op);
     }
   };
   return launch(c10d::OpType::ALLREDUCE, std::move(job), async_op);
@@ -230,8 +244,8 @@ c10::intrusive_ptr<c10d::Work> Backend::broadcast(std::vector<at::Tensor>& tenso
   check_root(opts.rootRank, getSize(), "src");
   Job job;
   job.outputs = tensors;
-  job.body = [this, t = flat(t), root = int(opts.rootRank)](const core::Context& ctx) {
-    plan_->broadcast(ctx, t, root);
+  job.body = [plan = plan_, t = flat(t), root = int(opts.rootRank)](const core::Context& ctx) {
+    plan->broadcast(ctx, t, root);
   };
   return launch(c10d::OpType::BROADCAST, std::move(job), opts.asyncOp);
 }
@@ -248,10 +262,10 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce(std::vector<at::Tensor>& tensors,
   const int root = int(opts.rootRank);
   Job job;
   job.outputs = tensors;
-  job.body = [this, t = flat(t), red, root](const core::Context& ctx) {
+  job.body = [plan = plan_, t = flat(t), red, root, rank = getRank()](const core::Context& ctx) {
     // The root's tensor is the output; the others' are not to be written.
-    const at::Tensor in = !red.premul ? t : root == getRank() ? t.mul_(red.factor) : t.mul(red.factor);
-    plan_->reduce(ctx, in, red.op, root);
+    const at::Tensor in = !red.premul ? t : root == rank ? t.mul_(red.factor) : t.mul(red.factor);
+    plan->reduce(ctx, in, red.op, root);
   };
   return launch(c10d::OpType::REDUCE, std::move(job), opts.asyncOp);
 }
@@ -284,8 +298,8 @@ c10::intrusive_ptr<c10d::Work> Backend::all_gather_tensors(std::vector<at::Tenso
   check_all_gather_pairs(outputs, inputs, getSize());
   Job job;
   job.outputs = outputs;
-  job.body = [this, ins = flat_each(inputs), outs = flat_each(outputs)](const core::Context& ctx) {
-    for (size_t i = 0; i < ins.size(); ++i) plan_->all_gather(ctx, ins[i], outs[i]);
+  job.body = [plan = plan_, ins = flat_each(inputs), outs = flat_each(outputs)](const core::Context& ctx) {
+    for (size_t i = 0; i < ins.size(); ++i) plan->all_gather(ctx, ins[i], outs[i]);
   };
   return launch(c10d::OpType::_ALLGATHER_BASE, std::move(job), async_op);
 }
@@ -314,12 +328,12 @@ c10::intrusive_ptr<c10d::Work> Backend::allgather_coalesced(
   for (const auto& list : outputs) all_outputs.insert(all_outputs.end(), list.begin(), list.end());
   Job job;
   job.outputs = all_outputs;
-  job.body = [this, ins = flat_each(inputs), outputs](const core::Context& ctx) {
+  job.body = [plan = plan_, ins = flat_each(inputs), outputs, world = getSize()](const core::Context& ctx) {
     // The list form gathers into one buffer, then copies out.
     for (size_t i = 0; i < ins.size(); ++i) {
       const int64_t n = ins[i].numel();
-      at::Tensor gathered = at::empty({n * getSize()}, ins[i].options());
-      plan_->all_gather(ctx, ins[i], gathered);
+      at::Tensor gathered = at::empty({n * world}, ins[i].options());
+      plan->all_gather(ctx, ins[i], gathered);
       for (size_t r = 0; r < outputs[i].size(); ++r) {
         outputs[i][r].view({-1}).copy_(gathered.narrow(0, int64_t(r) * n, n));
       }
@@ -358,10 +372,10 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter_tensors(std::vector<at::T
   check_reduce_scatter_pairs(outputs, inputs, getSize(), red.op, red.premul);
   Job job;
   job.outputs = outputs;
-  job.body = [this, ins = flat_each(inputs), outs = flat_each(outputs), red](const core::Context& ctx) {
+  job.body = [plan = plan_, ins = flat_each(inputs), outs = flat_each(outputs), red](const core::Context& ctx) {
     for (size_t i = 0; i < ins.size(); ++i) {
       // The input is not ours to scale in place.
-      plan_->reduce_scatter(ctx, red.premul ? ins[i].mul(red.factor) : ins[i], outs[i], red.op);
+      plan->reduce_scatter(ctx, red.premul ? ins[i].mul(red.factor) : ins[i], outs[i], red.op);
     }
   };
   return launch(c10d::OpType::_REDUCE_SCATTER_BASE, std::move(job), async_op);
@@ -378,12 +392,12 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter(std::vector<at::Tensor>& 
   check_reduce_scatter_list(outputs, inputs, getSize(), red.op, red.premul);
   Job job;
   job.outputs = outputs;
-  job.body = [this, out = flat(outputs[0]), list = inputs[0], red](const core::Context& ctx) {
+  job.body = [plan = plan_, out = flat(outputs[0]), list = inputs[0], red](const core::Context& ctx) {
     // The list form reduces from one buffer: the inputs, concatenated here on
     // the worker, in call order (an earlier queued collective may write them).
     at::Tensor in = at::cat(flat_each(list));
     if (red.premul) in.mul_(red.factor);
-    plan_->reduce_scatter(ctx, in, out, red.op);
+    plan->reduce_scatter(ctx, in, out, red.op);
   };
   return launch(c10d::OpType::REDUCE_SCATTER, std::move(job), opts.asyncOp);
 }
@@ -399,9 +413,11 @@ c10::intrusive_ptr<c10d::Work> Backend::alltoall_base(at::Tensor& output, at::Te
     return fallback().alltoall_base(output, input, output_split_sizes, input_split_sizes, opts);
   }
   check_all_to_all_single(output, input);
-  return all_to_all(c10d::OpType::ALLTOALL_BASE, {output},
-                    blocks_of(input, input_split_sizes, getSize(), "input"),
-                    blocks_of(output, output_split_sizes, getSize(), "output"), opts.asyncOp);
+  // The input's splits are checked first, on every compiler.
+  Blocks send = blocks_of(input, input_split_sizes, getSize(), "input");
+  Blocks recv = blocks_of(output, output_split_sizes, getSize(), "output");
+  return all_to_all(c10d::OpType::ALLTOALL_BASE, {output}, std::move(send), std::move(recv),
+                    opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::alltoall(std::vector<at::Tensor>& outputs,
@@ -412,24 +428,23 @@ c10::intrusive_ptr<c10d::Work> Backend::alltoall(std::vector<at::Tensor>& output
     return fallback().alltoall(outputs, inputs, opts);
   }
   check_all_to_all_lists(outputs, inputs, getSize());
-  return all_to_all(c10d::OpType::ALLTOALL, outputs, flat_each(inputs), flat_each(outputs),
+  return all_to_all(c10d::OpType::ALLTOALL, outputs, blocks_of(inputs), blocks_of(outputs),
                     opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::all_to_all(c10d::OpType type, std::vector<at::Tensor> outputs,
-                                                   std::vector<at::Tensor> sends,
-                                                   std::vector<at::Tensor> recvs, bool async_op) {
+                                                   Blocks send, Blocks recv, bool async_op) {
   Job job;
   job.outputs = std::move(outputs);
-  job.body = [this, sends = std::move(sends), recvs = std::move(recvs)](const core::Context& ctx) {
-    plan_->all_to_all(ctx, sends, recvs);
+  job.body = [plan = plan_, send = std::move(send), recv = std::move(recv)](const core::Context& ctx) {
+    plan->all_to_all(ctx, send, recv);
   };
   return launch(type, std::move(job), async_op);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::barrier(const c10d::BarrierOptions& opts) {
   Job job;
-  job.body = [this](const core::Context& ctx) { plan_->barrier(ctx); };
+  job.body = [plan = plan_](const core::Context& ctx) { plan->barrier(ctx); };
   return launch(c10d::OpType::BARRIER, std::move(job), opts.asyncOp);
 }
 

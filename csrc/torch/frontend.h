@@ -29,7 +29,7 @@ class Backend : public c10d::Backend {
  public:
   // rank, size: in the group. `comm` covers the ranks of this host (all of
   // them, for a group on one host); `plan` runs on it.
-  Backend(int rank, int size, std::shared_ptr<Communicator> comm, std::unique_ptr<const Plan> plan,
+  Backend(int rank, int size, std::shared_ptr<Communicator> comm, std::shared_ptr<const Plan> plan,
           c10::intrusive_ptr<c10d::Backend> fallback);
   ~Backend() override;
 
@@ -117,8 +117,7 @@ class Backend : public c10d::Backend {
                                                         std::vector<at::Tensor>& inputs,
                                                         const Reduction& red, bool async_op);
   c10::intrusive_ptr<c10d::Work> all_to_all(c10d::OpType type, std::vector<at::Tensor> outputs,
-                                            std::vector<at::Tensor> sends,
-                                            std::vector<at::Tensor> recvs, bool async_op);
+                                            Blocks send, Blocks recv, bool async_op);
   // Waits for pycomm's queued work, then returns the fallback backend: what
   // the caller hands it may depend on that work. (The other way round, as
   // with gloo alone, a caller waits for an isend/irecv before a collective
@@ -126,7 +125,9 @@ class Backend : public c10d::Backend {
   c10d::Backend& fallback();
 
   std::shared_ptr<Communicator> comm_;
-  std::unique_ptr<const Plan> plan_;
+  // Shared with every queued job, which may still run while the backend is
+  // destroyed (its communicator's worker finishes the job it is in).
+  std::shared_ptr<const Plan> plan_;
   c10::intrusive_ptr<c10d::Backend> fallback_;
 };
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <numeric>
 
 #include "../core/errors.h"
 #include "dtype_map.h"
@@ -24,10 +25,10 @@ c10d::ReduceOp c10d_op(core::ReduceOp op) {
   }
 }
 
-// Runs one operation of another backend (between hosts, or the group-wide
-// fallback) and waits for it. If it fails, this host's session is aborted
-// first: the local peers waiting for this rank fail at once, not at their
-// deadline. A timeout stays a CommTimeout; anything else is a CommError.
+// An operation of another backend (between hosts, or the group-wide one)
+// failed. This host's session is aborted first: the local peers waiting for
+// this rank fail at once, not at their deadline. A timeout stays a
+// CommTimeout; anything else is a CommError.
 [[noreturn]] void fail_remote(const core::Context& ctx, const char* what, const std::string& reason) {
   const std::string msg = std::string("pycomm: the inter-host step of ") + what + " failed on rank " +
                           std::to_string(ctx.session.rank()) + " of its host: " + reason;
@@ -38,10 +39,8 @@ c10d::ReduceOp c10d_op(core::ReduceOp op) {
   throw core::CommError(msg);
 }
 
-// Issues one operation of another backend (between hosts, or the group-wide
-// fallback) without waiting for it. If it fails, this host's session is
-// aborted first: the local peers waiting for this rank fail at once, not at
-// their deadline. A timeout stays a CommTimeout; anything else is a CommError.
+// Issues one operation of another backend without waiting for it (failures:
+// fail_remote).
 c10::intrusive_ptr<c10d::Work> issue_remote(
     const core::Context& ctx, const char* what,
     const std::function<c10::intrusive_ptr<c10d::Work>()>& issue) {
@@ -68,6 +67,15 @@ void wait_remote(const core::Context& ctx, const char* what, const c10::intrusiv
 void remote(const core::Context& ctx, const char* what,
             const std::function<c10::intrusive_ptr<c10d::Work>()>& issue) {
   wait_remote(ctx, what, issue_remote(ctx, what, issue));
+}
+
+// The blocks as one 1-D tensor: all_to_all_single's own, or the list
+// form's packed into one.
+at::Tensor joined(const Blocks& b) {
+  if (b.tensors.size() == 1) return b.tensors[0].reshape({-1});
+  std::vector<at::Tensor> flats;
+  for (const auto& t : b.tensors) flats.push_back(t.reshape({-1}));
+  return at::cat(flats);
 }
 
 }  // namespace
@@ -330,28 +338,24 @@ void HierarchicalPlan::reduce_scatter(const core::Context& ctx, const at::Tensor
   if (op == core::ReduceOp::kAvg) out.div_(layout_.world());
 }
 
-void HierarchicalPlan::all_to_all(const core::Context& ctx, const std::vector<at::Tensor>& sends,
-                                  const std::vector<at::Tensor>& recvs) const {
+void HierarchicalPlan::all_to_all(const core::Context& ctx, const Blocks& send,
+                                  const Blocks& recv) const {
   // Between hosts the exchange is the group-wide backend's, as one
   // all_to_all_single with split sizes in elements.
-  std::vector<int64_t> is, os;
-  int64_t out_total = 0;
-  for (size_t r = 0; r < sends.size(); ++r) {
-    is.push_back(sends[r].numel());
-    os.push_back(recvs[r].numel());
-    out_total += recvs[r].numel();
-  }
-  at::Tensor in = at::cat(sends);
-  at::Tensor out = at::empty({out_total}, in.options());
+  at::Tensor in = joined(send);
+  const int64_t total = std::accumulate(recv.counts.begin(), recv.counts.end(), int64_t(0));
+  at::Tensor out = recv.tensors.size() == 1 ? recv.tensors[0].reshape({-1})
+                                            : at::empty({total}, in.options());
   remote(ctx, "all_to_all", [&] {
     // Copies: the backend may take its split sizes over (gloo moves them).
-    std::vector<int64_t> o = os, i = is;
+    std::vector<int64_t> o = recv.counts, i = send.counts;
     return group_->alltoall_base(out, in, o, i, c10d::AllToAllOptions());
   });
+  if (recv.tensors.size() == 1) return;  // gloo wrote the caller's tensor
   int64_t offset = 0;
-  for (size_t r = 0; r < recvs.size(); ++r) {
-    recvs[r].copy_(out.narrow(0, offset, os[r]));
-    offset += os[r];
+  for (size_t r = 0; r < recv.tensors.size(); ++r) {
+    recv.tensors[r].view({-1}).copy_(out.narrow(0, offset, recv.counts[r]));
+    offset += recv.counts[r];
   }
 }
 

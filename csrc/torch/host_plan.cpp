@@ -68,23 +68,16 @@ void HostPlan::reduce_scatter(const core::Context& ctx, const at::Tensor& in, co
   core::reduce_scatter(ctx, a);
 }
 
-void HostPlan::all_to_all(const core::Context& ctx, const std::vector<at::Tensor>& sends,
-                          const std::vector<at::Tensor>& recvs) const {
-  std::vector<const void*> sp;
-  std::vector<void*> rp;
-  std::vector<size_t> sc, rc;
-  for (size_t r = 0; r < sends.size(); ++r) {
-    sp.push_back(sends[r].data_ptr());
-    sc.push_back(size_t(sends[r].numel()));
-    rp.push_back(recvs[r].data_ptr());
-    rc.push_back(size_t(recvs[r].numel()));
-  }
+void HostPlan::all_to_all(const core::Context& ctx, const Blocks& send, const Blocks& recv) const {
+  const std::vector<const void*> sp(send.data.begin(), send.data.end());
+  const std::vector<size_t> sc(send.counts.begin(), send.counts.end());
+  const std::vector<size_t> rc(recv.counts.begin(), recv.counts.end());
   core::AllToAllArgs a;
   a.send = sp.data();
   a.send_counts = sc.data();
-  a.recv = rp.data();
+  a.recv = recv.data.data();
   a.recv_counts = rc.data();
-  a.dtype = dtype_of(sends.at(0));
+  a.dtype = dtype_of(send.tensors.at(0));
   core::all_to_all(ctx, a);
 }
 

@@ -18,8 +18,7 @@ class HostPlan : public Plan {
   void all_gather(const core::Context& ctx, const at::Tensor& in, const at::Tensor& out) const override;
   void reduce_scatter(const core::Context& ctx, const at::Tensor& in, const at::Tensor& out,
                       core::ReduceOp op) const override;
-  void all_to_all(const core::Context& ctx, const std::vector<at::Tensor>& sends,
-                  const std::vector<at::Tensor>& recvs) const override;
+  void all_to_all(const core::Context& ctx, const Blocks& send, const Blocks& recv) const override;
   void barrier(const core::Context& ctx) const override;
 
  private:

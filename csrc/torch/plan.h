@@ -21,6 +21,16 @@
 
 namespace pycomm {
 
+// all_to_all's blocks where the caller's tensors hold them: block r is
+// counts[r] elements at data[r], inside `tensors` (all_to_all_single's one
+// tensor, or the list form's one per rank), which the job keeps alive. The
+// host plan uses the pointers as they are: no tensor op on the call's path.
+struct Blocks {
+  std::vector<at::Tensor> tensors;
+  std::vector<void*> data;
+  std::vector<int64_t> counts;
+};
+
 class Plan {
  public:
   virtual ~Plan() = default;
@@ -44,9 +54,8 @@ class Plan {
   // when premul_sum scaled it, else the caller's, which no plan writes).
   virtual void reduce_scatter(const core::Context& ctx, const at::Tensor& in, const at::Tensor& out,
                               core::ReduceOp op) const = 0;
-  // sends[r] goes to rank r, which receives it into its recvs[this rank].
-  virtual void all_to_all(const core::Context& ctx, const std::vector<at::Tensor>& sends,
-                          const std::vector<at::Tensor>& recvs) const = 0;
+  // send block r goes to rank r, which receives it into its recv block of this rank.
+  virtual void all_to_all(const core::Context& ctx, const Blocks& send, const Blocks& recv) const = 0;
   virtual void barrier(const core::Context& ctx) const = 0;
 };
 
