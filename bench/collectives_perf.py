@@ -30,7 +30,7 @@ Peers, measured side by side in one run, in turns:
 hosts of N/H ranks each, ranks 0..N/H-1 on the first (PYCOMM_HOST_ID while the groups are
 made), and the peers become:
   hier       the pycomm backend over the fake hosts: shared memory inside each host, gloo
-             between them (csrc/torch/hierarchical.h); the ratios are against this one
+             between them (csrc/torch/hierarchical_plan.h); the ratios are against this one
   gloo       flat gloo over all N ranks (the default group)
   flat-pyc   the pycomm backend over all N ranks as one host: one shared-memory ring, which
              only exists because the "hosts" share this machine

@@ -97,7 +97,7 @@ def hierarchical_allreduce_time(size_bytes: float, hosts: int, per_host: int,
     the model and the backend cannot disagree; ``leader_max_bytes`` None is the backend's
     setting (PYCOMM_HIER_LEADER_MAX_KB), ``uniform`` False says the hosts' rank counts differ.
 
-    rs-ar-ag (csrc/torch/hierarchical.h): a reduce-scatter and an all-gather inside each host,
+    rs-ar-ag (csrc/torch/hierarchical_plan.h): a reduce-scatter and an all-gather inside each host,
     together a ring all-reduce of the whole message over the L = per_host ranks on the
     ``intra`` link, and a ring all-reduce of a 1/L shard over the hosts on the ``inter`` link,
     the L shards at once. Those L rings share the host's ``nics_per_host`` network links: each
