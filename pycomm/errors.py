@@ -13,7 +13,7 @@ keep their type on the direct API (``pycomm.all_reduce``, ``Work.wait()``, and
 re-raises an error of a comm hook or of a backend as its own ``RuntimeError``
 that carries only the text, so ``except pycomm.CommError`` misses it there. So
 that text begins with the class's name and names the rank (``pycomm.CommTimeout:
-rank 1: all_reduce #8 timed out after 2 s: ...``; csrc/core/errors.h), and
+rank 1: all_reduce #8: Timed out after 2 s, ...``; csrc/core/errors.h), and
 ``matches`` reads it. A typed exception's own message leaves the name out:
 Python prints it in front already.
 """

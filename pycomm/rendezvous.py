@@ -130,7 +130,7 @@ class _Rendezvous:
             self._check_peers(waiting_for)
             if time.monotonic() > self.deadline:
                 ranks = ", ".join(str(r) for r in missing()) or "none (but the set-up did not complete)"
-                self.fail(f"timed out after {self.timeout_s:g} s waiting for {waiting_for}; "
+                self.fail(f"Timed out after {self.timeout_s:g} s waiting for {waiting_for}; "
                           f"ranks that never arrived: {ranks}", _C.CommTimeout)
             time.sleep(delay)
             delay = min(delay * 2, _POLL_MAX_S)

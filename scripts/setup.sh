@@ -31,9 +31,10 @@ if ! have "import torchvision"; then
   echo "setup: installing the torchvision that matches torch $torch_version"
   "$PY" -m pip install --quiet torchvision "torch==$torch_version"
 fi
-if ! have "import pytest, pytest_timeout, hypothesis, tqdm, matplotlib, ninja, numpy"; then
+# expecttest: PyTorch's distributed suite (tests/torch_suite) imports it.
+if ! have "import pytest, pytest_timeout, hypothesis, expecttest, tqdm, matplotlib, ninja, numpy"; then
   echo "setup: installing test and benchmark dependencies"
-  "$PY" -m pip install --quiet "pytest>=8" "pytest-timeout>=2.3" "hypothesis>=6" tqdm matplotlib ninja numpy "setuptools>=64" wheel
+  "$PY" -m pip install --quiet "pytest>=8" "pytest-timeout>=2.3" "hypothesis>=6" expecttest tqdm matplotlib ninja numpy "setuptools>=64" wheel
 fi
 # cuobjdump, with which tests/test_cuda_codegen.py reads the built kernels'
 # registers, stack frames and PTX: NVIDIA's wheel where the toolkit lacks it.

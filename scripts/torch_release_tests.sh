@@ -19,11 +19,11 @@ venv=${XDG_CACHE_HOME:-$HOME/.cache}/pycomm/venv-torch-$version
 py=$venv/bin/python
 work=$here/build/torch-$version
 
-if ! "$py" -c "import torch, pytest, pytest_timeout, hypothesis, numpy, ninja, tqdm, matplotlib; assert torch.__version__.split('+')[0] == '$version'" 2>/dev/null; then
+if ! "$py" -c "import torch, pytest, pytest_timeout, hypothesis, expecttest, numpy, ninja, tqdm, matplotlib; assert torch.__version__.split('+')[0] == '$version'" 2>/dev/null; then
   echo "torch $version: making its virtual environment ($venv)"
   rm -rf "$venv"
   "${PYTHON:-python3}" -m venv "$venv"
-  "$py" -m pip install --quiet "torch==$version" "pytest>=8" "pytest-timeout>=2.3" "hypothesis>=6" numpy ninja \
+  "$py" -m pip install --quiet "torch==$version" "pytest>=8" "pytest-timeout>=2.3" "hypothesis>=6" expecttest numpy ninja \
     tqdm matplotlib "setuptools>=64" wheel 2>&1 | grep -v -e '^WARNING: Location' -e 'Running pip as' || true
   "$py" -c "import torch; print('torch', torch.__version__, 'installed')"
 fi

@@ -16,6 +16,7 @@ PYCOMM_TEST_BACKEND=gloo runs the same file on gloo to check the references
 themselves; only then are the cases gloo cannot do (PREMUL_SUM, fp32
 accumulation of half types, typed errors) left out.
 """
+import datetime
 import hashlib
 import time
 import warnings
@@ -603,6 +604,103 @@ def test_coalesced(backend_worlds, world_size):
     check(backend_worlds(world_size).run(coalesced_case), f"coalesced w={world_size}")
 
 
+def coalesced_lists_case():
+    """The list-form coalesced entry points of torch.distributed (deprecated there, but
+    called): all_reduce_coalesced, and all_gather_coalesced, whose outputs c10d lays out
+    one list per rank, each with one tensor per input (allgather's are by input)."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    c = Checks()
+    shapes = [(1,), (0,), (7,), (3, 5), (1023,)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        for async_op in (False, True):
+            for dtype in (torch.float32, torch.bfloat16, torch.int64):
+                for op in ("sum", "max"):
+                    keys = [("arc", async_op, str(dtype), op, s) for s in shapes]
+                    inputs = [[reduction_input(k, r, int(torch.Size(s).numel()), dtype, op, world)
+                               .reshape(s) for r in range(world)] for k, s in zip(keys, shapes)]
+                    tensors = [inp[rank].clone() for inp in inputs]
+                    work = dist.all_reduce_coalesced(tensors, op=reduce_op(op), async_op=async_op)
+                    if async_op:
+                        work.wait()
+                    for s, t, inp in zip(shapes, tensors, inputs):
+                        label = f"all_reduce_coalesced async={async_op} {dtype} {op} {s}"
+                        c.equal(label, t, reduce_reference(inp, op, None, dtype, world))
+                        c.digest(label, t)
+                parts = [[data_input(("agc", async_op, str(dtype), s), r, s, dtype)
+                          for s in shapes] for r in range(world)]
+                outs = [[garbage_like(t) for t in parts[r]] for r in range(world)]
+                work = dist.all_gather_coalesced(outs, [t.clone() for t in parts[rank]],
+                                                 async_op=async_op)
+                if async_op:
+                    work.wait()
+                for r in range(world):
+                    for s, got, want in zip(shapes, outs[r], parts[r]):
+                        label = f"all_gather_coalesced async={async_op} {dtype} from {r} {s}"
+                        c.equal(label, got, want, bitwise=True)
+                        c.digest(label, got)
+    return c.out()
+
+
+@pytest.mark.parametrize("world_size", WORLD_SIZES)
+def test_coalesced_lists(backend_worlds, world_size):
+    check(backend_worlds(world_size).run(coalesced_lists_case), f"coalesced lists w={world_size}")
+
+
+def objects_case():
+    """The object collectives (pickles over the backend's collectives and
+    point-to-point), and c10d's sequence number, which the group's ranks must agree
+    on and which TORCH_DISTRIBUTED_DEBUG=DETAIL compares across them."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    c = Checks()
+    group = dist.group.WORLD
+    obj = lambda r: {"rank": r, "tensor": torch.arange(r + 3), "text": "x" * (r * 1000)}
+    same = lambda a, b: (a["rank"] == b["rank"] and a["text"] == b["text"]
+                         and torch.equal(a["tensor"], b["tensor"]))
+    seq = group._get_sequence_number_for_group()
+    out = [None] * world
+    dist.all_gather_object(out, obj(rank))
+    c.true("all_gather_object", all(same(out[r], obj(r)) for r in range(world)), str(out)[:200])
+    for root in range(world):
+        lst = [obj(root), root] if rank == root else [None, None]
+        dist.broadcast_object_list(lst, src=root)
+        c.true(f"broadcast_object_list src={root}", same(lst[0], obj(root)) and lst[1] == root)
+        got = [None] * world if rank == root else None
+        dist.gather_object(obj(rank), got, dst=root)
+        if rank == root:
+            c.true(f"gather_object dst={root}", all(same(got[r], obj(r)) for r in range(world)))
+        mine = [None]
+        dist.scatter_object_list(mine, [obj(r) for r in range(world)] if rank == root else None,
+                                 src=root)
+        c.true(f"scatter_object_list src={root}", same(mine[0], obj(rank)))
+    if world > 1:
+        # A ring of send_object_list/recv_object_list: blocking, so rank 0 sends first.
+        nxt, prv = (rank + 1) % world, (rank - 1) % world
+        got = [None]
+        if rank == 0:
+            dist.send_object_list([obj(rank)], dst=nxt)
+            dist.recv_object_list(got, src=prv)
+        else:
+            dist.recv_object_list(got, src=prv)
+            dist.send_object_list([obj(rank)], dst=nxt)
+        c.true("send/recv_object_list ring", same(got[0], obj(prv)))
+    # Every rank counts the same collectives; point-to-point is not one.
+    t = torch.ones(4)
+    before = group._get_sequence_number_for_group()
+    dist.all_reduce(t)
+    dist.barrier()
+    after = group._get_sequence_number_for_group()
+    c.true("sequence number: +1 per collective", after == before + 2, f"{before} -> {after}")
+    c.true("sequence number: it grew", after > seq, f"{seq} -> {after}")
+    c.digest("sequence number", torch.tensor([seq, before, after]))
+    return c.out()
+
+
+@pytest.mark.parametrize("world_size", WORLD_SIZES)
+def test_object_collectives_and_sequence_number(backend_worlds, world_size):
+    check(backend_worlds(world_size).run(objects_case), f"objects w={world_size}")
+
+
 # ---------------------------------------------------------------------------
 # Forwarded to gloo inside the backend: send/recv, gather, scatter.
 
@@ -670,6 +768,15 @@ def forwarded_case():
         t = parts[rank].clone()
         dist.all_reduce(t, op=op)
         c.equal(f"all_reduce {op}", t, want, bitwise=True)
+    # monitored_barrier is gloo's. Before 2.14, torch's Python lets only a group named
+    # "gloo" call it, so it never reaches the backend there.
+    try:
+        for wait_all in (False, True):
+            dist.monitored_barrier(timeout=datetime.timedelta(seconds=60), wait_all_ranks=wait_all)
+        c.true("monitored_barrier", True)
+    except ValueError as e:
+        old = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) < (2, 14)
+        c.true("monitored_barrier: refused by torch's own gate", old and "GLOO" in str(e), str(e))
     return c.out()
 
 

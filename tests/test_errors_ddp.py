@@ -94,7 +94,7 @@ def test_ddp_errors_are_recognisable(worlds, path):
 
 
 def test_matches_reads_types_and_text():
-    timeout = pycomm.CommTimeout("rank 1: all_reduce #3 timed out after 2 s")
+    timeout = pycomm.CommTimeout("rank 1: all_reduce #3: Timed out after 2 s")
     assert pycomm.CommError.matches(timeout) and pycomm.CommTimeout.matches(timeout)
     assert not pycomm.CollectiveMismatch.matches(timeout)
     ddp_style = RuntimeError("pycomm.CollectiveMismatch: collective #5 does not match across ranks")

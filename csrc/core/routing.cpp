@@ -47,7 +47,8 @@ Route hierarchical_route(const RouteQuery& q) {
 }  // namespace
 
 Routed route(const RouteQuery& q) {
-  const bool pycomm_runs = q.collective <= Collective::kBarrier && (q.native_op || !reduces(q.collective));
+  const bool pycomm_runs =
+      q.collective <= Collective::kBarrier && !q.sparse && (q.native_op || !reduces(q.collective));
   if (!pycomm_runs) return {Plan::kFallback, Route::kGloo};
   if (q.cuda) {
     // CUDA tensors: pycomm's own all-reduce on one host; the rest, and

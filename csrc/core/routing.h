@@ -52,6 +52,7 @@ struct Routed {
 struct RouteQuery {
   Collective collective = Collective::kAllReduce;
   bool cuda = false;       // a tensor is on a CUDA device
+  bool sparse = false;     // a tensor is sparse or of another non-strided layout (gloo's)
   bool native_op = true;   // the reduction is one pycomm runs (the bitwise ones are not)
   int hosts = 1;           // hosts the group spans
   bool uniform = true;     // every host has the same number of ranks

@@ -96,16 +96,16 @@ bool enum_of(const char* name, int n, const char* (*name_of)(E), const char* wha
 }
 
 PyObject* route(PyObject*, PyObject* args, PyObject* kwargs) {
-  static const char* keywords[] = {"collective", "cuda", "native_op", "hosts", "uniform",
+  static const char* keywords[] = {"collective", "cuda", "sparse", "native_op", "hosts", "uniform",
                                    "local_size", "count", "bytes", "direct_max_bytes",
                                    "leader_max_bytes", nullptr};
   const char* collective = nullptr;
-  int cuda = 0, native_op = 1, uniform = 1;
+  int cuda = 0, sparse = 0, native_op = 1, uniform = 1;
   RouteQuery q;
   // Signed, so that a negative size is an error here rather than a huge one.
   long long count = 0, bytes = 0, direct_max = 0, leader_max = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "s|$ppipiLLLL:route", const_cast<char**>(keywords),
-                                   &collective, &cuda, &native_op, &q.hosts, &uniform,
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "s|$pppipiLLLL:route", const_cast<char**>(keywords),
+                                   &collective, &cuda, &sparse, &native_op, &q.hosts, &uniform,
                                    &q.local_size, &count, &bytes, &direct_max, &leader_max)) {
     return nullptr;
   }
@@ -130,6 +130,7 @@ PyObject* route(PyObject*, PyObject* args, PyObject* kwargs) {
     *x.field = size_t(x.value);
   }
   q.cuda = cuda;
+  q.sparse = sparse;
   q.native_op = native_op;
   q.uniform = uniform;
   const Routed r = pycomm::core::route(q);
@@ -161,7 +162,7 @@ PyMethodDef methods[] = {
      "variable's unit to the setting's, type, why)."},
     {"route", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(route)),
      METH_VARARGS | METH_KEYWORDS,
-     "route(collective, *, cuda, native_op, hosts, uniform, local_size, count, bytes, "
+     "route(collective, *, cuda, sparse, native_op, hosts, uniform, local_size, count, bytes, "
      "direct_max_bytes, leader_max_bytes) -> (plan, algorithm): the backend's routing rule "
      "(csrc/core/routing.h)."},
     {nullptr, nullptr, 0, nullptr},

@@ -189,8 +189,8 @@ class CudaPath {
     // `failed` is stored (release) after the record's other fields.
     if (__atomic_load_n(&status_->failed, __ATOMIC_ACQUIRE) != 0 && status_->code != 0) {
       std::ostringstream os;
-      os << "rank " << session.rank() << ": all_reduce (cuda) timed out after "
-         << policy.timeout_s << " s on the GPU: still waiting for rank " << status_->peer
+      os << "rank " << session.rank() << ": all_reduce (cuda): Timed out after "
+         << policy.timeout_s << " s on the GPU, still waiting for rank " << status_->peer
          << " (block " << status_->block << ", epoch " << status_->epoch << ")";
       throw core::CommTimeout(session.abort(os.str()));
     }

@@ -32,18 +32,22 @@ class Work : public c10d::Work {
   std::shared_ptr<WorkItem> item_;
 };
 
-bool any_cuda(const std::vector<at::Tensor>& ts) {
-  for (const auto& t : ts) {
-    if (t.defined() && t.is_cuda()) return true;
-  }
-  return false;
+void note(Backend::Where& w, const at::Tensor& t) {
+  if (!t.defined()) return;
+  w.cuda |= t.is_cuda();
+  w.sparse |= t.layout() != at::kStrided;
 }
-
-bool any_cuda(const std::vector<std::vector<at::Tensor>>& lists) {
-  for (const auto& l : lists) {
-    if (any_cuda(l)) return true;
-  }
-  return false;
+void note(Backend::Where& w, const std::vector<at::Tensor>& ts) {
+  for (const auto& t : ts) note(w, t);
+}
+void note(Backend::Where& w, const std::vector<std::vector<at::Tensor>>& lists) {
+  for (const auto& l : lists) note(w, l);
+}
+template <typename... Args>
+Backend::Where where_of(const Args&... args) {
+  Backend::Where w;
+  (note(w, args), ...);
+  return w;
 }
 
 // The 1-D view of a contiguous tensor: the shape every plan works on. A 1-D
@@ -128,10 +132,11 @@ Backend::Reduction Backend::reduction_of(const c10d::ReduceOp& op) {
   return r;
 }
 
-core::Plan Backend::plan_of(core::Collective c, bool cuda, bool native_op) const {
+core::Plan Backend::plan_of(core::Collective c, Where w, bool native_op) const {
   core::RouteQuery q = plan_->route_query();
   q.collective = c;
-  q.cuda = cuda;
+  q.cuda = w.cuda;
+  q.sparse = w.sparse;
   q.native_op = native_op;
   return core::route(q).plan;
 }
@@ -178,8 +183,9 @@ c10d::Backend& Backend::fallback() {
 
 c10::intrusive_ptr<c10d::Work> Backend::allreduce(std::vector<at::Tensor>& tensors,
                                                   const c10d::AllreduceOptions& opts) {
+  ++sequence_;
   const Reduction red = reduction_of(opts.reduceOp);
-  const core::Plan plan = plan_of(core::Collective::kAllReduce, any_cuda(tensors), red.native);
+  const core::Plan plan = plan_of(core::Collective::kAllReduce, where_of(tensors), red.native);
   if (plan == core::Plan::kFallback) return fallback().allreduce(tensors, opts);
   single_tensor(tensors, "tensor");
   return all_reduce(tensors, red, plan, opts.asyncOp);
@@ -187,8 +193,9 @@ c10::intrusive_ptr<c10d::Work> Backend::allreduce(std::vector<at::Tensor>& tenso
 
 c10::intrusive_ptr<c10d::Work> Backend::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+  ++sequence_;
   const Reduction red = reduction_of(opts.reduceOp);
-  const core::Plan plan = plan_of(core::Collective::kAllReduce, any_cuda(tensors), red.native);
+  const core::Plan plan = plan_of(core::Collective::kAllReduce, where_of(tensors), red.native);
   if (plan == core::Plan::kFallback) return fallback().allreduce_coalesced(tensors, opts);
   return all_reduce(tensors, red, plan, opts.asyncOp);
 }
@@ -236,7 +243,8 @@ c10::intrusive_ptr<c10d::Work> Backend::cuda_all_reduce(std::vector<at::Tensor>&
 
 c10::intrusive_ptr<c10d::Work> Backend::broadcast(std::vector<at::Tensor>& tensors,
                                                   const c10d::BroadcastOptions& opts) {
-  if (plan_of(core::Collective::kBroadcast, any_cuda(tensors)) == core::Plan::kFallback) {
+  ++sequence_;
+  if (plan_of(core::Collective::kBroadcast, where_of(tensors)) == core::Plan::kFallback) {
     return fallback().broadcast(tensors, opts);
   }
   const at::Tensor& t = single_tensor(tensors, "tensor");
@@ -252,8 +260,9 @@ c10::intrusive_ptr<c10d::Work> Backend::broadcast(std::vector<at::Tensor>& tenso
 
 c10::intrusive_ptr<c10d::Work> Backend::reduce(std::vector<at::Tensor>& tensors,
                                                const c10d::ReduceOptions& opts) {
+  ++sequence_;
   const Reduction red = reduction_of(opts.reduceOp);
-  if (plan_of(core::Collective::kReduce, any_cuda(tensors), red.native) == core::Plan::kFallback) {
+  if (plan_of(core::Collective::kReduce, where_of(tensors), red.native) == core::Plan::kFallback) {
     return fallback().reduce(tensors, opts);
   }
   const at::Tensor& t = single_tensor(tensors, "tensor");
@@ -274,7 +283,8 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce(std::vector<at::Tensor>& tensors,
 
 c10::intrusive_ptr<c10d::Work> Backend::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                         const c10d::AllgatherOptions& opts) {
-  if (plan_of(core::Collective::kAllGather, output.is_cuda() || input.is_cuda()) ==
+  ++sequence_;
+  if (plan_of(core::Collective::kAllGather, where_of(output, input)) ==
       core::Plan::kFallback) {
     return fallback()._allgather_base(output, input, opts);
   }
@@ -285,7 +295,8 @@ c10::intrusive_ptr<c10d::Work> Backend::_allgather_base(at::Tensor& output, at::
 c10::intrusive_ptr<c10d::Work> Backend::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
-  if (plan_of(core::Collective::kAllGather, any_cuda(outputs) || any_cuda(inputs)) ==
+  ++sequence_;
+  if (plan_of(core::Collective::kAllGather, where_of(outputs, inputs)) ==
       core::Plan::kFallback) {
     return fallback().allgather_into_tensor_coalesced(outputs, inputs, opts);
   }
@@ -307,22 +318,38 @@ c10::intrusive_ptr<c10d::Work> Backend::all_gather_tensors(std::vector<at::Tenso
 c10::intrusive_ptr<c10d::Work> Backend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                                   std::vector<at::Tensor>& inputs,
                                                   const c10d::AllgatherOptions& opts) {
-  if (plan_of(core::Collective::kAllGather, any_cuda(outputs) || any_cuda(inputs)) ==
-      core::Plan::kFallback) {
+  ++sequence_;
+  if (plan_of(core::Collective::kAllGather, where_of(outputs, inputs)) == core::Plan::kFallback) {
     return fallback().allgather(outputs, inputs, opts);
   }
   single_tensor(inputs, "input_tensor");
   TORCH_CHECK_VALUE(outputs.size() == 1, "tensor_list: expected one list (one device per rank)");
-  return allgather_coalesced(outputs, inputs, opts);
+  return all_gather_lists(outputs, inputs, c10d::OpType::ALLGATHER, opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
-  if (plan_of(core::Collective::kAllGather, any_cuda(outputs) || any_cuda(inputs)) ==
-      core::Plan::kFallback) {
+  ++sequence_;
+  if (plan_of(core::Collective::kAllGather, where_of(outputs, inputs)) == core::Plan::kFallback) {
     return fallback().allgather_coalesced(outputs, inputs, opts);
   }
+  // c10d's layout (dist.all_gather_coalesced): one list per rank, each with
+  // one tensor per input. The lists by input are allgather's.
+  TORCH_CHECK_VALUE(int64_t(outputs.size()) == getSize(), "output_tensor_lists: expected ",
+                    getSize(), " lists (one per rank), got ", outputs.size());
+  std::vector<std::vector<at::Tensor>> by_input(inputs.size());
+  for (size_t r = 0; r < outputs.size(); ++r) {
+    TORCH_CHECK_VALUE(outputs[r].size() == inputs.size(), "output_tensor_lists[", r, "]: expected ",
+                      inputs.size(), " tensors (one per input), got ", outputs[r].size());
+    for (size_t i = 0; i < inputs.size(); ++i) by_input[i].push_back(outputs[r][i]);
+  }
+  return all_gather_lists(by_input, inputs, c10d::OpType::ALLGATHER_COALESCED, opts.asyncOp);
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::all_gather_lists(
+    const std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    c10d::OpType type, bool async_op) {
   check_all_gather_lists(outputs, inputs, getSize());
   std::vector<at::Tensor> all_outputs;
   for (const auto& list : outputs) all_outputs.insert(all_outputs.end(), list.begin(), list.end());
@@ -339,15 +366,16 @@ c10::intrusive_ptr<c10d::Work> Backend::allgather_coalesced(
       }
     }
   };
-  return launch(c10d::OpType::ALLGATHER, std::move(job), opts.asyncOp);
+  return launch(type, std::move(job), async_op);
 }
 
 // ---------------------------------------------------------------- reduce_scatter
 
 c10::intrusive_ptr<c10d::Work> Backend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                              const c10d::ReduceScatterOptions& opts) {
+  ++sequence_;
   const Reduction red = reduction_of(opts.reduceOp);
-  if (plan_of(core::Collective::kReduceScatter, output.is_cuda() || input.is_cuda(), red.native) ==
+  if (plan_of(core::Collective::kReduceScatter, where_of(output, input), red.native) ==
       core::Plan::kFallback) {
     return fallback()._reduce_scatter_base(output, input, opts);
   }
@@ -358,8 +386,9 @@ c10::intrusive_ptr<c10d::Work> Backend::_reduce_scatter_base(at::Tensor& output,
 c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::ReduceScatterOptions& opts) {
+  ++sequence_;
   const Reduction red = reduction_of(opts.reduceOp);
-  if (plan_of(core::Collective::kReduceScatter, any_cuda(outputs) || any_cuda(inputs), red.native) ==
+  if (plan_of(core::Collective::kReduceScatter, where_of(outputs, inputs), red.native) ==
       core::Plan::kFallback) {
     return fallback().reduce_scatter_tensor_coalesced(outputs, inputs, opts);
   }
@@ -384,8 +413,9 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter_tensors(std::vector<at::T
 c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter(std::vector<at::Tensor>& outputs,
                                                        std::vector<std::vector<at::Tensor>>& inputs,
                                                        const c10d::ReduceScatterOptions& opts) {
+  ++sequence_;
   const Reduction red = reduction_of(opts.reduceOp);
-  if (plan_of(core::Collective::kReduceScatter, any_cuda(outputs) || any_cuda(inputs), red.native) ==
+  if (plan_of(core::Collective::kReduceScatter, where_of(outputs, inputs), red.native) ==
       core::Plan::kFallback) {
     return fallback().reduce_scatter(outputs, inputs, opts);
   }
@@ -408,7 +438,8 @@ c10::intrusive_ptr<c10d::Work> Backend::alltoall_base(at::Tensor& output, at::Te
                                                       std::vector<int64_t>& output_split_sizes,
                                                       std::vector<int64_t>& input_split_sizes,
                                                       const c10d::AllToAllOptions& opts) {
-  if (plan_of(core::Collective::kAllToAll, output.is_cuda() || input.is_cuda()) ==
+  ++sequence_;
+  if (plan_of(core::Collective::kAllToAll, where_of(output, input)) ==
       core::Plan::kFallback) {
     return fallback().alltoall_base(output, input, output_split_sizes, input_split_sizes, opts);
   }
@@ -423,7 +454,8 @@ c10::intrusive_ptr<c10d::Work> Backend::alltoall_base(at::Tensor& output, at::Te
 c10::intrusive_ptr<c10d::Work> Backend::alltoall(std::vector<at::Tensor>& outputs,
                                                  std::vector<at::Tensor>& inputs,
                                                  const c10d::AllToAllOptions& opts) {
-  if (plan_of(core::Collective::kAllToAll, any_cuda(outputs) || any_cuda(inputs)) ==
+  ++sequence_;
+  if (plan_of(core::Collective::kAllToAll, where_of(outputs, inputs)) ==
       core::Plan::kFallback) {
     return fallback().alltoall(outputs, inputs, opts);
   }
@@ -443,6 +475,7 @@ c10::intrusive_ptr<c10d::Work> Backend::all_to_all(c10d::OpType type, std::vecto
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::barrier(const c10d::BarrierOptions& opts) {
+  ++sequence_;
   Job job;
   job.body = [plan = plan_](const core::Context& ctx) { plan->barrier(ctx); };
   return launch(c10d::OpType::BARRIER, std::move(job), opts.asyncOp);
@@ -453,12 +486,14 @@ c10::intrusive_ptr<c10d::Work> Backend::barrier(const c10d::BarrierOptions& opts
 c10::intrusive_ptr<c10d::Work> Backend::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                                std::vector<at::Tensor>& inputs,
                                                const c10d::GatherOptions& opts) {
+  ++sequence_;
   return fallback().gather(outputs, inputs, opts);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::scatter(std::vector<at::Tensor>& outputs,
                                                 std::vector<std::vector<at::Tensor>>& inputs,
                                                 const c10d::ScatterOptions& opts) {
+  ++sequence_;
   return fallback().scatter(outputs, inputs, opts);
 }
 
@@ -475,6 +510,7 @@ c10::intrusive_ptr<c10d::Work> Backend::recvAnysource(std::vector<at::Tensor>& t
 }
 
 void Backend::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
+  ++sequence_;
   fallback().monitoredBarrier(opts, wait_all_ranks);
 }
 

@@ -18,6 +18,7 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <atomic>
 #include <memory>
 
 #include "communicator.h"
@@ -92,7 +93,22 @@ class Backend : public c10d::Backend {
   // Warns and keeps the timeout: it is agreed by every rank at set-up.
   void setTimeout(std::chrono::milliseconds timeout) override;
 
+  // c10d's sequence number: the collectives this rank has called on the
+  // group, pycomm's and the fallback's (point-to-point is not one), the same
+  // on every rank that is in step. TORCH_DISTRIBUTED_DEBUG=DETAIL's checks
+  // compare it across ranks.
+  uint64_t getSequenceNumberForGroup() override { return sequence_.load(); }
+  // Every rank's count starts at 0 when the backend is made (torch 2.11 asks
+  // for this; later releases made it a no-op).
+  void setSequenceNumberForGroup() override {}
+
   const std::shared_ptr<Communicator>& communicator() const { return comm_; }
+
+  // What routing needs to know of a call's tensors.
+  struct Where {
+    bool cuda = false;    // one is on a CUDA device
+    bool sparse = false;  // one is sparse (or of another non-strided layout)
+  };
 
  private:
   // The core's op for a c10d op, with PREMUL_SUM's factor.
@@ -104,7 +120,7 @@ class Backend : public c10d::Backend {
   };
   static Reduction reduction_of(const c10d::ReduceOp& op);
   // Where a call goes: the plan's route query with the call's own fields.
-  core::Plan plan_of(core::Collective c, bool cuda, bool native_op = true) const;
+  core::Plan plan_of(core::Collective c, Where w, bool native_op = true) const;
 
   c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, Job job, bool async_op);
   c10::intrusive_ptr<c10d::Work> all_reduce(std::vector<at::Tensor>& tensors, const Reduction& red,
@@ -113,6 +129,10 @@ class Backend : public c10d::Backend {
                                                  const Reduction& red, bool async_op);
   c10::intrusive_ptr<c10d::Work> all_gather_tensors(std::vector<at::Tensor>& outputs,
                                                     std::vector<at::Tensor>& inputs, bool async_op);
+  // allgather's lists: list i holds the world's copies of input i.
+  c10::intrusive_ptr<c10d::Work> all_gather_lists(const std::vector<std::vector<at::Tensor>>& outputs,
+                                                  std::vector<at::Tensor>& inputs, c10d::OpType type,
+                                                  bool async_op);
   c10::intrusive_ptr<c10d::Work> reduce_scatter_tensors(std::vector<at::Tensor>& outputs,
                                                         std::vector<at::Tensor>& inputs,
                                                         const Reduction& red, bool async_op);
@@ -129,6 +149,8 @@ class Backend : public c10d::Backend {
   // destroyed (its communicator's worker finishes the job it is in).
   std::shared_ptr<const Plan> plan_;
   c10::intrusive_ptr<c10d::Backend> fallback_;
+  // Counted at the top of every collective's entry point.
+  std::atomic<uint64_t> sequence_{0};
 };
 
 }  // namespace pycomm

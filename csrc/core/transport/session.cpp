@@ -284,7 +284,9 @@ void Session::fail_timeout(int peer, const char* waiting_for) {
     }
   }
   std::ostringstream os;
-  os << "rank " << rank_ << ": " << where() << " timed out after " << policy_.timeout_s << " s: ";
+  // "Timed out", as torch's backends and stores say it: tools match that text
+  // (PyTorch's own suite matches " (Timed out|closed|timeout) ").
+  os << "rank " << rank_ << ": " << where() << ": Timed out after " << policy_.timeout_s << " s, ";
   if (count) {
     os << "still waiting for " << missing.str() << " to enter";
   } else {
