@@ -650,14 +650,16 @@ def test_coalesced_lists(backend_worlds, world_size):
 def objects_case():
     """The object collectives (pickles over the backend's collectives and
     point-to-point), and c10d's sequence number, which the group's ranks must agree
-    on and which TORCH_DISTRIBUTED_DEBUG=DETAIL compares across them."""
+    on and which TORCH_DISTRIBUTED_DEBUG=DETAIL compares across them (from 2.14)."""
     rank, world = dist.get_rank(), dist.get_world_size()
     c = Checks()
-    group = dist.group.WORLD
+    # The backend's own number: before 2.14, torch's ProcessGroup answers only for
+    # its own backends' types, not for a registered one.
+    backend = dist.group.WORLD._get_backend(torch.device("cpu"))
     obj = lambda r: {"rank": r, "tensor": torch.arange(r + 3), "text": "x" * (r * 1000)}
     same = lambda a, b: (a["rank"] == b["rank"] and a["text"] == b["text"]
                          and torch.equal(a["tensor"], b["tensor"]))
-    seq = group._get_sequence_number_for_group()
+    seq = backend._get_sequence_number_for_group()
     out = [None] * world
     dist.all_gather_object(out, obj(rank))
     c.true("all_gather_object", all(same(out[r], obj(r)) for r in range(world)), str(out)[:200])
@@ -686,10 +688,10 @@ def objects_case():
         c.true("send/recv_object_list ring", same(got[0], obj(prv)))
     # Every rank counts the same collectives; point-to-point is not one.
     t = torch.ones(4)
-    before = group._get_sequence_number_for_group()
+    before = backend._get_sequence_number_for_group()
     dist.all_reduce(t)
     dist.barrier()
-    after = group._get_sequence_number_for_group()
+    after = backend._get_sequence_number_for_group()
     c.true("sequence number: +1 per collective", after == before + 2, f"{before} -> {after}")
     c.true("sequence number: it grew", after > seq, f"{seq} -> {after}")
     c.digest("sequence number", torch.tensor([seq, before, after]))
@@ -768,6 +770,14 @@ def forwarded_case():
         t = parts[rank].clone()
         dist.all_reduce(t, op=op)
         c.equal(f"all_reduce {op}", t, want, bitwise=True)
+    # Sparse all_reduce is gloo's (the suite's test_sparse_all_reduce_sum): forwarded.
+    for dtype in (torch.float32, torch.int64):
+        rows = lambda r: (torch.arange(6) % (r + 2) == 0).reshape(6, 1)  # each rank's own rows
+        dense = [torch.where(rows(r), data_input(("sparse", str(dtype)), r, (6, 4), dtype), 0)
+                 .to(dtype) for r in range(world)]
+        t = dense[rank].to_sparse()
+        dist.all_reduce(t)
+        c.equal(f"sparse all_reduce {dtype}", t.to_dense(), sum(dense[1:], dense[0]), bitwise=True)
     # monitored_barrier is gloo's. Before 2.14, torch's Python lets only a group named
     # "gloo" call it, so it never reaches the backend there.
     try:

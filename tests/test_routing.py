@@ -44,6 +44,8 @@ def test_what_pycomm_does_not_run_goes_to_the_fallback():
     assert routing.route("all_reduce", cuda=True) == ("cuda", "cuda-ipc")
     assert routing.route("all_reduce", cuda=True, hosts=2, local_size=1) == ("fallback", "gloo")
     assert routing.route("all_gather", cuda=True) == ("fallback", "gloo")
+    for c in ("all_reduce", "broadcast", "all_gather"):  # sparse tensors: gloo's
+        assert routing.route(c, sparse=True) == ("fallback", "gloo")
 
 
 def test_route_rejects_what_it_does_not_know():

@@ -5,12 +5,17 @@ gloo or on pycomm, in ranks that live across tests (rank.py says how and why).
     python3 tests/torch_suite/runner.py --backend pycomm            # every test
     python3 tests/torch_suite/runner.py --backend gloo -k barrier   # a part
     python3 tests/torch_suite/runner.py --backend both --json out.json
+        # both, then pycomm's outcomes against gloo's; exit 1 on a difference
+        # differences.py does not list (--world 8 adds the group tests)
 
 Each test runs in all ranks at once and passes when every rank passes; it is
 skipped when a rank skips it (the suite skips by rank 0's exit code), fails
 otherwise. A rank that does not answer within the test's deadline, or dies,
-fails the test; the coordinator then kills and restarts all ranks, and does so
-after any failure too, so no test inherits a group left out of step.
+fails the test. After any failure the coordinator starts fresh ranks (those
+that answered exit on their own, the others are killed), so no test inherits a
+group left out of step. No test is skipped or expected to fail here: the skips
+are the suite's own (GPUs, other backends, world sizes; --skips counts them),
+and differences.py lists where pycomm's outcome may differ from gloo's.
 """
 from __future__ import annotations
 
@@ -24,7 +29,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from collections import Counter
+from dataclasses import dataclass
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORLD = 3  # as PyTorch's own CI runs the suite on gloo without GPUs
@@ -237,6 +243,7 @@ def main(argv=None) -> int:
     p.add_argument("-k", default=None, help="run only the tests whose name matches this regex")
     p.add_argument("--json", default=None, help="write every outcome here")
     p.add_argument("-v", action="store_true", help="print each failure's detail")
+    p.add_argument("--skips", action="store_true", help="count the suite's reasons for its skips")
     a = p.parse_args(argv)
     keep = (lambda t: re.search(a.k, t) is not None) if a.k else None
     backends = ["gloo", "pycomm"] if a.backend == "both" else [a.backend]
@@ -254,12 +261,18 @@ def main(argv=None) -> int:
         counts = {s: sum(o["status"] == s for o in r["outcomes"]) for s in ("pass", "skip", "fail")}
         print(f"{b}: {counts['pass']} passed, {counts['skip']} skipped, {counts['fail']} failed "
               f"in {r['seconds']:.0f} s")
+        if a.skips:
+            reasons = Counter(o["detail"].splitlines()[0] if o["detail"] else "(no reason given)"
+                              for o in r["outcomes"] if o["status"] == "skip")
+            for reason, n in reasons.most_common():
+                print(f"  {n:4d} skipped: {reason}")
     rc = 0
     if len(report) == 2 and a.k is None:
-        from differences import DIFFERENCES
+        import torch
+        from differences import differences_for
 
         line, problems = compare(*[[Outcome(**o) for o in report[b]["outcomes"]] for b in backends],
-                                 DIFFERENCES, a.world)
+                                 differences_for(torch.__version__), a.world)
         print(line)
         for p in problems:
             print("DIFFERS:", p.splitlines()[0])
