@@ -704,7 +704,8 @@ def test_object_collectives_and_sequence_number(backend_worlds, world_size):
 
 
 # ---------------------------------------------------------------------------
-# Forwarded to gloo inside the backend: send/recv, gather, scatter.
+# Forwarded to gloo inside the backend: send/recv, bitwise ops, sparse tensors,
+# monitored_barrier; and gather and scatter, native on one host.
 
 def forwarded_case():
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -744,7 +745,7 @@ def forwarded_case():
                     req.wait()
                 c.equal(f"batch_isend_irecv ring {name} n={count}", t,
                         data_input(key, prv, (count,), dtype), bitwise=True)
-        for count in (0, 7, 1023):
+        for count in (0, 7, 1023, 100003):  # the last in pieces (256 KiB slots)
             for root in range(world):
                 key = ("gather", name, count, root)
                 parts = [data_input(key, r, (count,), dtype) for r in range(world)]
@@ -770,6 +771,16 @@ def forwarded_case():
         t = parts[rank].clone()
         dist.all_reduce(t, op=op)
         c.equal(f"all_reduce {op}", t, want, bitwise=True)
+    # gather and scatter of a dtype pycomm does not run (bool) are gloo's, as before.
+    for root in range(world):
+        parts = [torch.arange(5) % (r + 2) == 0 for r in range(world)]
+        outs = [torch.zeros(5, dtype=torch.bool) for _ in range(world)] if rank == root else None
+        dist.gather(parts[rank].clone(), outs, dst=root)
+        if rank == root:
+            c.equal(f"gather bool root={root}", torch.stack(outs), torch.stack(parts))
+        out = torch.zeros(5, dtype=torch.bool)
+        dist.scatter(out, [p.clone() for p in parts] if rank == root else None, src=root)
+        c.equal(f"scatter bool root={root}", out, parts[rank])
     # Sparse all_reduce is gloo's (the suite's test_sparse_all_reduce_sum): forwarded.
     for dtype in (torch.float32, torch.int64):
         rows = lambda r: (torch.arange(6) % (r + 2) == 0).reshape(6, 1)  # each rank's own rows

@@ -10,15 +10,19 @@ thin drivers over them (their command lines, tables and JSON are theirs).
     checks       filling buffers with a pattern and counting wrong elements, block by block
     timing       clocks (perf_counter, CUDA events), the per-call median, rounds and spread
     sweep        one size of a collective sweep: the peers in turns, then their checks
+    p2p          the point-to-point patterns described once, as the OSU micro-benchmarks
+                 do: latency, bw, bibw; bytes moved, the torch.distributed and mpi4py calls,
+                 the exact check
+    p2p_sweep    one size of a point-to-point sweep: the peers in turns, then their checks
     ceilings     the memory-bandwidth ceiling measured beside the peers
     table        the fixed-width text table (nccl-tests' columns)
-    peers/       the implementations measured beside pycomm: gloo, mpi, deepspeed, nccl,
-                 symm_mem, and pycomm's own columns
+    peers/       the implementations measured beside pycomm: gloo, mpi (and mpi_p2p),
+                 deepspeed, nccl, symm_mem, and pycomm's own columns
 The JSON layout is pycomm.tools.results_schema, which the installed scaling model reads too.
 
-bench/mpi_collectives.py runs under mpirun with numpy alone: the modules it imports
-(collectives, patterns, checks, timing, launch, peers.mpi) import neither torch nor numpy
-at their top level.
+bench/mpi_collectives.py and bench/mpi_p2p.py run under mpirun with numpy alone: the
+modules they import (collectives, p2p, patterns, checks, timing, launch, peers.mpi,
+peers.mpi_p2p) import neither torch nor numpy at their top level.
 """
 import os
 import sys

@@ -24,6 +24,8 @@ enum class CollectiveKind : uint32_t {
   // different collectives (they meet in different buffers).
   kCudaAllReduce = 8,
   kCudaSetup = 9,  // the peers exchange and map their device memory
+  kGather = 10,
+  kScatter = 11,
 };
 
 enum class Algorithm : uint32_t {
@@ -45,7 +47,7 @@ struct Fingerprint {
   uint32_t dtype = 0;      // DType
   uint32_t op = 0;         // ReduceOp (0 where the collective does not reduce)
   uint32_t algorithm = 0;  // resolved Algorithm
-  int32_t root = -1;       // broadcast and reduce; -1 elsewhere
+  int32_t root = -1;       // broadcast, reduce, gather, scatter; -1 elsewhere
   uint32_t divisor = 0;    // avg: what the sum is divided by; 0 elsewhere
   bool operator==(const Fingerprint& o) const {
     return count == o.count && kind == o.kind && dtype == o.dtype && op == o.op &&
@@ -82,6 +84,8 @@ inline const char* kind_name(uint32_t k) {
     case CollectiveKind::kAllToAll: return "all_to_all";
     case CollectiveKind::kCudaAllReduce: return "all_reduce (cuda)";
     case CollectiveKind::kCudaSetup: return "cuda set-up";
+    case CollectiveKind::kGather: return "gather";
+    case CollectiveKind::kScatter: return "scatter";
   }
   return "unknown";
 }

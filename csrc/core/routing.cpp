@@ -47,8 +47,9 @@ Route hierarchical_route(const RouteQuery& q) {
 }  // namespace
 
 Routed route(const RouteQuery& q) {
-  const bool pycomm_runs =
-      q.collective <= Collective::kBarrier && !q.sparse && (q.native_op || !reduces(q.collective));
+  const bool one_host_only = q.collective == Collective::kGather || q.collective == Collective::kScatter;
+  const bool pycomm_runs = (q.collective <= Collective::kBarrier || (one_host_only && q.hosts == 1)) &&
+                           !q.sparse && (q.native_op || !reduces(q.collective));
   if (!pycomm_runs) return {Plan::kFallback, Route::kGloo};
   if (q.cuda) {
     // CUDA tensors: pycomm's own all-reduce on one host; the rest, and

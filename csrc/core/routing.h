@@ -17,8 +17,10 @@ namespace pycomm::core {
 
 enum class Collective : uint8_t {
   kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScatter, kAllToAll, kBarrier,
+  // pycomm's on one host; the fallback's across hosts.
+  kGather, kScatter,
   // Not run by pycomm yet: always the fallback.
-  kGather, kScatter, kSend, kRecv,
+  kSend, kRecv,
 };
 inline constexpr int kCollectives = int(Collective::kRecv) + 1;
 

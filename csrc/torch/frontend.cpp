@@ -106,6 +106,14 @@ Blocks blocks_of(const std::vector<at::Tensor>& ts) {
   return b;
 }
 
+// gather and scatter went to gloo before pycomm ran them, and gloo moves dtypes
+// pycomm does not (bool, complex): those still go there. (The other
+// collectives raise a TypeError naming the dtype, as they always have.)
+bool runs_dtype(const std::vector<at::Tensor>& ts) {
+  core::DType d;
+  return ts.size() == 1 && ts[0].defined() && to_core_dtype(ts[0].scalar_type(), &d);
+}
+
 void check_root(int64_t root, int size, const char* arg) {
   TORCH_CHECK_VALUE(root >= 0 && root < size, arg, ": rank ", root, " is not in this group of ", size);
 }
@@ -481,21 +489,82 @@ c10::intrusive_ptr<c10d::Work> Backend::barrier(const c10d::BarrierOptions& opts
   return launch(c10d::OpType::BARRIER, std::move(job), opts.asyncOp);
 }
 
-// ---------------------------------------------------------------- the fallback's
+// ---------------------------------------------------------------- gather, scatter (one host)
 
 c10::intrusive_ptr<c10d::Work> Backend::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                                std::vector<at::Tensor>& inputs,
                                                const c10d::GatherOptions& opts) {
   ++sequence_;
-  return fallback().gather(outputs, inputs, opts);
+  if (plan_of(core::Collective::kGather, where_of(outputs, inputs)) == core::Plan::kFallback ||
+      !runs_dtype(inputs)) {
+    return fallback().gather(outputs, inputs, opts);
+  }
+  const at::Tensor& in = single_tensor(inputs, "tensor");
+  const core::DType dtype = check_tensor(in, "tensor");
+  check_root(opts.rootRank, getSize(), "dst");
+  const int root = int(opts.rootRank);
+  const bool is_root = root == getRank();
+  // c10d passes the root's list, and no list (or an empty one) elsewhere.
+  std::vector<at::Tensor> list;
+  if (is_root) {
+    TORCH_CHECK_VALUE(outputs.size() == 1, "gather_list: expected one list on the destination rank");
+    list = outputs[0];
+    TORCH_CHECK_VALUE(int64_t(list.size()) == getSize(), "gather_list: expected ", getSize(),
+                      " tensors (the world size), got ", list.size());
+    for (const auto& o : list) check_like(o, "gather_list[i]", dtype, in.numel(), "tensor");
+  } else {
+    TORCH_CHECK_VALUE(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
+                      "gather_list: only the destination rank (dst=", root, ") takes one");
+  }
+  Job job;
+  job.outputs = list;
+  job.body = [plan = plan_, in = flat(in), list, root, world = getSize()](const core::Context& ctx) {
+    // The list gathers into one buffer on the root, then copies out.
+    const int64_t n = in.numel();
+    const at::Tensor gathered = list.empty() ? at::Tensor() : at::empty({n * world}, in.options());
+    plan->gather(ctx, in, gathered, root);
+    for (size_t r = 0; r < list.size(); ++r) {
+      list[r].view({-1}).copy_(gathered.narrow(0, int64_t(r) * n, n));
+    }
+  };
+  return launch(c10d::OpType::GATHER, std::move(job), opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::scatter(std::vector<at::Tensor>& outputs,
                                                 std::vector<std::vector<at::Tensor>>& inputs,
                                                 const c10d::ScatterOptions& opts) {
   ++sequence_;
-  return fallback().scatter(outputs, inputs, opts);
+  if (plan_of(core::Collective::kScatter, where_of(outputs, inputs)) == core::Plan::kFallback ||
+      !runs_dtype(outputs)) {
+    return fallback().scatter(outputs, inputs, opts);
+  }
+  const at::Tensor& out = single_tensor(outputs, "tensor");
+  const core::DType dtype = check_tensor(out, "tensor");
+  check_root(opts.rootRank, getSize(), "src");
+  const int root = int(opts.rootRank);
+  std::vector<at::Tensor> list;
+  if (root == getRank()) {
+    TORCH_CHECK_VALUE(inputs.size() == 1, "scatter_list: expected one list on the source rank");
+    list = inputs[0];
+    TORCH_CHECK_VALUE(int64_t(list.size()) == getSize(), "scatter_list: expected ", getSize(),
+                      " tensors (the world size), got ", list.size());
+    for (const auto& t : list) check_like(t, "scatter_list[i]", dtype, out.numel(), "tensor");
+  } else {
+    TORCH_CHECK_VALUE(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
+                      "scatter_list: only the source rank (src=", root, ") takes one");
+  }
+  Job job;
+  job.outputs = outputs;
+  job.body = [plan = plan_, out = flat(out), list, root](const core::Context& ctx) {
+    // The root's list scatters from one buffer, concatenated here on the
+    // worker, in call order (an earlier queued collective may write the list).
+    const at::Tensor packed = list.empty() ? at::Tensor() : at::cat(flat_each(list));
+    plan->scatter(ctx, packed, out, root);
+  };
+  return launch(c10d::OpType::SCATTER, std::move(job), opts.asyncOp);
 }
+
+// ---------------------------------------------------------------- the fallback's
 
 c10::intrusive_ptr<c10d::Work> Backend::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
   return fallback().send(tensors, dst, tag);

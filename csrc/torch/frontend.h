@@ -9,10 +9,11 @@
 //
 // Native: allreduce (+coalesced), broadcast, reduce, allgather (list, into
 // tensor, coalesced), reduce_scatter (list, tensor, coalesced), alltoall
-// (single with even or uneven splits, list), barrier; ops SUM, AVG, MIN, MAX,
-// PRODUCT, PREMUL_SUM. Everything else (send/recv, gather, scatter, bitwise
-// ops, what torch adds later) goes to a gloo backend built on a prefixed copy
-// of the same store, after pycomm's queued work.
+// (single with even or uneven splits, list), barrier, and on one host gather
+// and scatter; ops SUM, AVG, MIN, MAX, PRODUCT, PREMUL_SUM. Everything else
+// (send/recv, bitwise ops, sparse tensors, what torch adds later) goes to a
+// gloo backend built on a prefixed copy of the same store, after pycomm's
+// queued work.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -72,13 +73,14 @@ class Backend : public c10d::Backend {
                                           const c10d::AllToAllOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
-  // The routing table sends these to the gloo backend.
+  // Native on one host; the gloo backend's across hosts.
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
                                         std::vector<at::Tensor>& inputs,
                                         const c10d::GatherOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
                                          std::vector<std::vector<at::Tensor>>& inputs,
                                          const c10d::ScatterOptions& opts) override;
+  // The routing table sends these to the gloo backend.
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;

@@ -83,4 +83,26 @@ void HostPlan::all_to_all(const core::Context& ctx, const Blocks& send, const Bl
 
 void HostPlan::barrier(const core::Context& ctx) const { core::barrier(ctx); }
 
+void HostPlan::gather(const core::Context& ctx, const at::Tensor& in, const at::Tensor& out,
+                      int root) const {
+  core::GatherArgs a;
+  a.dtype = dtype_of(in);
+  a.input = in.data_ptr();
+  a.output = out.defined() ? out.data_ptr() : nullptr;
+  a.count = size_t(in.numel());
+  a.root = root;
+  core::gather(ctx, a);
+}
+
+void HostPlan::scatter(const core::Context& ctx, const at::Tensor& in, const at::Tensor& out,
+                       int root) const {
+  core::ScatterArgs a;
+  a.dtype = dtype_of(out);
+  a.input = in.defined() ? in.data_ptr() : nullptr;
+  a.output = out.data_ptr();
+  a.count = size_t(out.numel());
+  a.root = root;
+  core::scatter(ctx, a);
+}
+
 }  // namespace pycomm

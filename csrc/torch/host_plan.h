@@ -20,6 +20,10 @@ class HostPlan : public Plan {
                       core::ReduceOp op) const override;
   void all_to_all(const core::Context& ctx, const Blocks& send, const Blocks& recv) const override;
   void barrier(const core::Context& ctx) const override;
+  void gather(const core::Context& ctx, const at::Tensor& in, const at::Tensor& out,
+              int root) const override;
+  void scatter(const core::Context& ctx, const at::Tensor& in, const at::Tensor& out,
+               int root) const override;
 
  private:
   int world_;

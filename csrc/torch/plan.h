@@ -57,6 +57,22 @@ class Plan {
   // send block r goes to rank r, which receives it into its recv block of this rank.
   virtual void all_to_all(const core::Context& ctx, const Blocks& send, const Blocks& recv) const = 0;
   virtual void barrier(const core::Context& ctx) const = 0;
+  // One host's (the routing table sends them to the fallback across hosts,
+  // so only the host plan runs them). gather: the root's `out` ends as world x
+  // `in`, in rank order; `out` is undefined on the other ranks.
+  virtual void gather(const core::Context& ctx, const at::Tensor& in, const at::Tensor& out,
+                      int root) const;
+  // scatter: the root's `in` holds world x `out`; rank r's `out` ends as chunk
+  // r. `in` is undefined on the other ranks.
+  virtual void scatter(const core::Context& ctx, const at::Tensor& in, const at::Tensor& out,
+                       int root) const;
 };
+
+inline void Plan::gather(const core::Context&, const at::Tensor&, const at::Tensor&, int) const {
+  TORCH_CHECK(false, "gather: the routing table sent it to a plan that does not run it");
+}
+inline void Plan::scatter(const core::Context&, const at::Tensor&, const at::Tensor&, int) const {
+  TORCH_CHECK(false, "scatter: the routing table sent it to a plan that does not run it");
+}
 
 }  // namespace pycomm

@@ -25,6 +25,8 @@ Migration (schema 1), for readers of the files the benches wrote before it:
 - ``bench/ddp_resnet50.py --json`` wrote a bare list of per-mode rows; now the object
   above, the list under ``rows`` (``load(path)["rows"]`` reads both).
 - ``bench/collectives_perf.py --json`` keeps its shape; meta gains schema, command, date.
+- ``bench/p2p_perf.py --json`` (new) writes collective rows whose ``collective`` is a
+  point-to-point pattern (:data:`P2P`), so that no reader takes them for all_reduce rows.
 Rows keep their keys in every file. :func:`load` reads the bare list and every older object
 with a "rows" list (its other top-level facts land in meta), so the files in bench/results
 keep working; a reader can call ``load(path)["rows"]`` or :func:`rows` and not care which.
@@ -64,6 +66,16 @@ PYCOMM_OVER_MPI = "pycomm_over_mpi"
 DIRECT_OVER_MPI = "direct_over_mpi"
 FLAT_OVER_HIER = "flat_over_hier"
 HOSTS = "hosts"
+
+# Point-to-point rows (bench/p2p_perf.py): the collective rows' columns, one row per pattern
+# and message size (size, count: one message), the pattern in the collective column; <peer>_us
+# is per unit (half a round trip, one message of a window, one exchange) and busbw_factor is
+# 1, or 2 for the exchange, which moves the size both ways.
+P2P_LATENCY = "p2p_latency"  # ping-pong of send/recv (osu_latency)
+P2P_BW = "p2p_bw"            # a window of isend -> irecv, then an ack (osu_bw)
+P2P_BIBW = "p2p_bibw"        # batch_isend_irecv both ways at once (osu_bibw, window 1)
+P2P = (P2P_LATENCY, P2P_BW, P2P_BIBW)
+WINDOW = "window"            # messages per timed call (p2p_bw; 1 in the others)
 
 # Training rows (bench/ddp_resnet50.py): one per (mode, world size).
 MODE = "mode"

@@ -1,11 +1,12 @@
 """The tests of PyTorch's distributed suite whose outcome on pycomm is not
 gloo's, each with the reason, reviewed, and the failure it shows.
 
-A test may be listed only where gloo fails it too, or where the difference is
-torch's (a backend's name), never to hide a pycomm bug. tests/test_torch_suite.py
-holds the list to its word: a listed test must still fail on pycomm, with the
-failure written here (else the entry is stale and must go), and every test not
-listed must end on pycomm as it ends on gloo.
+A test may be listed only where the difference is torch's (a backend's name,
+a gate in torch's own Python), never to hide a pycomm bug; a test gloo fails in
+the same run is not held against pycomm and needs no entry.
+tests/test_torch_suite.py holds the list to its word: a listed test must still
+fail on pycomm, with the failure written here (else the entry is stale and must
+go), and every other test must end on pycomm as it ends on gloo.
 """
 from typing import NamedTuple
 

@@ -204,8 +204,9 @@ def run_suite(backend: str, select_tests=None, progress=None, world: int = WORLD
 def compare(gloo: list[Outcome], pycomm: list[Outcome], differences: dict,
             world: int = WORLD) -> tuple[str, list[str]]:
     """pycomm's outcomes against gloo's from the same run: the one-line summary
-    README quotes, and every test that ends otherwise on pycomm than on gloo and
-    is not listed in `differences` (or is listed, but no longer fails as listed)."""
+    README quotes, and every test that ends otherwise on pycomm than on gloo (but
+    for those gloo fails) and is not listed in `differences`, or is listed but no
+    longer fails as listed."""
     on_gloo = {o.test: o for o in gloo}
     problems, listed = [], []
     for o in pycomm:
@@ -215,7 +216,9 @@ def compare(gloo: list[Outcome], pycomm: list[Outcome], differences: dict,
             continue
         d = differences.get(o.test)
         if d is None:
-            if o.status != g.status:
+            # A test gloo fails too holds nothing against pycomm (on a loaded host it may
+            # be gloo's flake); every other outcome must be gloo's.
+            if o.status != g.status and g.status != "fail":
                 problems.append(f"{o.test}: {o.status} on pycomm, {g.status} on gloo\n{o.detail}")
         elif o.status != "fail" or not re.search(d.failure, o.detail):
             problems.append(f"{o.test}: listed as failing on pycomm with /{d.failure}/, but it "
@@ -228,9 +231,10 @@ def compare(gloo: list[Outcome], pycomm: list[Outcome], differences: dict,
     failed_gloo = len(ran) - len(passed_gloo)
     line = (f"{len(both)} of the {len(passed_gloo)} CPU tests of PyTorch's distributed suite that "
             f"pass on gloo (world size {world}) pass on pycomm"
-            + (f"; these {len(listed)} differ because of torch, not pycomm: {', '.join(listed)}"
+            + (f"; {len(listed)} differ because of torch, not pycomm: {', '.join(listed)}"
                if listed else "")
-            + (f"; gloo fails {failed_gloo}" if failed_gloo else "")
+            + (f"; gloo fails {failed_gloo}, which pycomm is not held to: "
+               f"{', '.join(t for t in ran if t not in passed_gloo)}" if failed_gloo else "")
             + f" ({len(gloo) - len(ran)} of the suite's {len(gloo)} tests skip on both: GPUs, "
               "other backends, larger worlds)")
     return line, problems

@@ -9,6 +9,7 @@ own columns. A peer that cannot run here says why in one line instead of failing
     fake_hosts  --hosts: the hierarchical backend over ranks posing as hosts, and the intra-
               and inter-host sweeps that calibrate the scaling model
     mpi       Open MPI through mpi4py, timed in its own mpirun launch
+    mpi_p2p   Open MPI's point-to-point column (harness.p2p's patterns), under mpirun
     deepspeed DeepSpeed's shared-memory all-reduce
     nccl      whether NCCL can run these ranks on these GPUs, and its all-reduce
     symm_mem  PyTorch's symmetric-memory one-shot and two-shot all-reduces

@@ -53,8 +53,9 @@ def status(skip: bool):
     return mpirun, None
 
 
-def run_plan(mpirun: str, world_size: int, plan: dict, timeout_s: float):
-    """Runs the worker under mpirun: ({(collective, size): its row}, meta) or ({}, why not)."""
+def run_plan(mpirun: str, world_size: int, plan: dict, timeout_s: float, worker: str = WORKER):
+    """Runs the worker (bench/mpi_collectives.py unless another: bench/mpi_p2p.py) under
+    mpirun: ({(collective, size): its row}, meta) or ({}, why not)."""
     with tempfile.TemporaryDirectory(prefix="pycomm-bench-mpi-") as tmp:
         plan_path, out_path = os.path.join(tmp, "plan.json"), os.path.join(tmp, "out.json")
         with open(plan_path, "w") as f:
@@ -62,7 +63,7 @@ def run_plan(mpirun: str, world_size: int, plan: dict, timeout_s: float):
         # Not bound to cores, like the torch ranks; torch's rendezvous variables stay out.
         env = {k: v for k, v in os.environ.items() if k not in _TORCH_RANKS}
         cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
-               "-np", str(world_size), sys.executable, WORKER, "--plan", plan_path,
+               "-np", str(world_size), sys.executable, worker, "--plan", plan_path,
                "--out", out_path]
         rc, stdout, stderr = run_in_session(cmd, timeout_s, env=env)
         if rc is None:
@@ -75,7 +76,7 @@ def run_plan(mpirun: str, world_size: int, plan: dict, timeout_s: float):
     return {(r["collective"], r["size"]): r for r in out["rows"]}, out.get("meta", {})
 
 
-def column(world, skip: bool, plan: dict, timeout_s: float):
+def column(world, skip: bool, plan: dict, timeout_s: float, worker: str = WORKER):
     """Rank 0 runs MPI's launch alone while the other ranks wait: ({(collective, size):
     row}, meta, the header's line) on rank 0; ({}, {}, None) elsewhere."""
     rows, meta, note = {}, {}, None
@@ -83,7 +84,7 @@ def column(world, skip: bool, plan: dict, timeout_s: float):
         mpirun, note = status(skip)
         if mpirun:
             t0 = time.perf_counter()
-            rows, meta = run_plan(mpirun, world.size, plan, timeout_s)
+            rows, meta = run_plan(mpirun, world.size, plan, timeout_s, worker)
             if isinstance(meta, str):
                 note, meta = meta, {}
             else:
@@ -142,7 +143,6 @@ def _count_wrong(np, MPI, comm, coll, item, plan, inp, out, fn):
 
 def serve(plan: dict) -> dict:
     """Runs a plan on this MPI rank: {"meta", "rows"} (meta on rank 0 only)."""
-    import mpi4py
     import numpy as np
     from mpi4py import MPI
 
@@ -176,11 +176,18 @@ def serve(plan: dict) -> dict:
         if exact_op or not coll.reduces:
             row["wrong"] = _count_wrong(np, MPI, comm, coll, item, plan, inp, out, fn)
         del inp, out
-    meta = {}
-    if comm.Get_rank() == 0:
-        library = MPI.Get_library_version().strip().splitlines()[0]
-        meta = dict(version=library.split(",")[0].replace("Open MPI v", "") if "Open MPI" in
-                    library else library, mpi_standard=".".join(map(str, MPI.Get_version())),
-                    mpi4py=mpi4py.__version__, library=library, ranks=comm.Get_size(),
-                    notes=notes)
-    return dict(meta=meta, rows=rows)
+    return dict(meta=library_meta(comm, notes), rows=rows)
+
+
+def library_meta(comm, notes) -> dict:
+    """Rank 0's facts about the MPI library ({} on the other ranks)."""
+    import mpi4py
+    from mpi4py import MPI
+
+    if comm.Get_rank() != 0:
+        return {}
+    library = MPI.Get_library_version().strip().splitlines()[0]
+    return dict(version=library.split(",")[0].replace("Open MPI v", "") if "Open MPI" in
+                library else library, mpi_standard=".".join(map(str, MPI.Get_version())),
+                mpi4py=mpi4py.__version__, library=library, ranks=comm.Get_size(),
+                notes=notes)

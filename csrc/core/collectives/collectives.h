@@ -108,6 +108,26 @@ struct AllToAllArgs {
 };
 void all_to_all(const Context& ctx, const AllToAllArgs& args);
 
+// Rooted, one host: point-to-point at heart, but every rank of the group
+// takes part, so they are collectives here, with their checks.
+struct GatherArgs {
+  const void* input = nullptr;  // count elements
+  void* output = nullptr;       // the root's: world * count elements, rank r's at r * count
+  size_t count = 0;
+  DType dtype = DType::kFloat32;
+  int root = 0;
+};
+void gather(const Context& ctx, const GatherArgs& args);
+
+struct ScatterArgs {
+  const void* input = nullptr;  // the root's: world * count elements, rank r's at r * count
+  void* output = nullptr;       // count elements
+  size_t count = 0;
+  DType dtype = DType::kFloat32;
+  int root = 0;
+};
+void scatter(const Context& ctx, const ScatterArgs& args);
+
 void barrier(const Context& ctx);
 
 }  // namespace pycomm::core

@@ -265,6 +265,43 @@ void check_broadcast_and_reduce(World& w, DType dtype, ReduceOp op, size_t count
   }
 }
 
+// Values: 1000 * owner + index % 997, distinct across ranks and parts.
+template <class T>
+void check_gather_and_scatter(World& w, DType dtype, size_t count, int root) {
+  const int world = w.size();
+  auto value = [](int r, size_t i) { return T(1000 * r + int(i % 97)); };
+  std::vector<std::vector<T>> in(world, std::vector<T>(count)), out(world, std::vector<T>(count * world, T(-1)));
+  for (int r = 0; r < world; ++r) {
+    for (size_t i = 0; i < count; ++i) in[r][i] = value(r, i);
+  }
+  auto errors = w.run([&](int r) {
+    GatherArgs a;
+    a.input = in[r].data();
+    a.output = r == root ? out[r].data() : nullptr;  // only the root's output exists
+    a.count = count;
+    a.dtype = dtype;
+    a.root = root;
+    gather(w.ctx(r), a);
+  });
+  for (const auto& e : errors) CHECK(e.empty());
+  for (int q = 0; q < world; ++q) {
+    CHECK(std::memcmp(out[root].data() + size_t(q) * count, in[q].data(), count * sizeof(T)) == 0);
+  }
+  // Scatter the root's gathered buffer back: every rank gets its own input.
+  std::vector<std::vector<T>> part(world, std::vector<T>(count, T(-1)));
+  errors = w.run([&](int r) {
+    ScatterArgs a;
+    a.input = r == root ? out[r].data() : nullptr;
+    a.output = part[r].data();
+    a.count = count;
+    a.dtype = dtype;
+    a.root = root;
+    scatter(w.ctx(r), a);
+  });
+  for (const auto& e : errors) CHECK(e.empty());
+  for (int r = 0; r < world; ++r) CHECK(same_bytes(part[r], in[r]));
+}
+
 // Uneven splits: rank r sends (r + 2 * p + count) % 5 * count elements to p
 // (zero included); value = 1000 * sender + 10 * receiver + index % 10.
 void check_all_to_all(World& w, size_t count) {
@@ -305,7 +342,7 @@ void check_all_to_all(World& w, size_t count) {
 
 }  // namespace
 
-TEST(reduce_scatter_all_gather_broadcast_reduce_all_to_all_match_references) {
+TEST(reduce_scatter_all_gather_broadcast_reduce_gather_scatter_all_to_all_match_references) {
   for (int world = 1; world <= 4; ++world) {
     World w(world, small_buffers());
     for (size_t count : {0ul, 1ul, 7ul, 250ul}) {
@@ -323,6 +360,8 @@ TEST(reduce_scatter_all_gather_broadcast_reduce_all_to_all_match_references) {
         for (ReduceOp op : kOps) check_broadcast_and_reduce<float>(w, DType::kFloat32, op, count, root);
         check_broadcast_and_reduce<Half>(w, DType::kFloat16, ReduceOp::kSum, count, root);
         check_broadcast_and_reduce<int64_t>(w, DType::kInt64, ReduceOp::kMax, count, root);
+        check_gather_and_scatter<float>(w, DType::kFloat32, count, root);
+        check_gather_and_scatter<int16_t>(w, DType::kBFloat16, count, root);  // 2-byte elements
       }
       check_all_to_all(w, count);
     }

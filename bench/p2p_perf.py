@@ -1,0 +1,319 @@
+#!/usr/bin/env python
+"""Point-to-point benchmark in the shape of the OSU micro-benchmarks: pycomm beside gloo,
+Open MPI and a copy ceiling.
+
+    python bench/p2p_perf.py -b 8 -e 64M -f 4 --nproc 2 --json out.json
+    python bench/p2p_perf.py --pattern latency,bibw -b 64K -e 16M --window 16
+    torchrun --nproc-per-node 2 bench/p2p_perf.py --pattern bw
+
+Patterns (--pattern, default all; bench/harness/p2p.py describes each once). Ranks pair up,
+2k with 2k+1; the even one of a pair is its sender. size is one message's bytes.
+  latency  dist.send / dist.recv ping-pong; time = half the round trip (osu_latency)
+  bw       a window of --window dist.isend from the sender and as many dist.irecv on its
+           peer, a wait for all, then a one-element ack back (osu_bw); time = window time /
+           window, so GB/s = size x window / window time. A window never holds more than
+           --window-bytes (fewer messages at large sizes, or one call of gloo would take
+           seconds); the bw table shows the window used
+  bibw     both ranks at once post an isend to and an irecv from each other through
+           dist.batch_isend_irecv and wait: the steady state of a 1F1B pipeline (osu_bibw
+           with a window of 1); time = one exchange, GB/s = 2 x size / time (both ways)
+
+Peers, measured side by side in one run, in turns:
+  pycomm   a dist.new_group(backend="pycomm") group through dist.* (absent, with a line
+           saying why, when `import pycomm` has not registered the backend). Until the
+           backend serves point-to-point itself, it forwards these calls to its internal
+           gloo backend: this bench is the baseline of that change
+  gloo     the default group, which the bench starts with gloo
+  mpi      Open MPI through mpi4py on numpy buffers (bench/mpi_p2p.py: Send/Recv ping-pong;
+           Isend window, Irecv window, Waitall, Send ack; Irecv + Isend, Waitall), when
+           `mpirun` and mpi4py are present; timed in its own `mpirun` launch before the
+           other peers start, not interleaved with them: its rounds are its own
+  ceiling  a memcpy ceiling in the same turns: a one-way message through a shared staging
+           buffer is two copies, in (sender) and out (receiver), which a streaming
+           transport overlaps; so both ranks copy size x busbw_factor bytes at once (bibw:
+           each its outgoing message in and its incoming one out), contending for memory as
+           the transfer's copies do. A transport that copies once (MPI's CMA) can beat it,
+           and below a few KiB it is the cost of two torch copy_ calls, not of memory
+
+Time. Each call is timed on its own; a rank's time is the median of its calls (their number
+set by rank 0's first estimate and shared, so that every rank makes the same calls), and the
+time of a round is the slowest rank's median, divided by the units of a call (2 one-way
+trips, `window` messages, 1 exchange). The peers are measured in turns, round-robin for each
+size, --rounds times; the time reported is the median of the rounds and the spread (the `+-`
+column, in %) is (slowest - fastest round) / median. GB/s are 1e9 bytes per second.
+
+#wrong. After the timing, each peer runs each pattern once on distinct buffers per message,
+each message holding its own integer-valued pattern and each receive buffer a sentinel
+first; the receivers count the elements that differ, summed over the ranks.
+
+Ratios: `gloo/pyc` = gloo time / pycomm time; `pyc/mpi` = pycomm time / MPI time; `of_ceil`
+= ceiling time / pycomm time = pycomm GB/s / ceiling GB/s.
+
+--json writes pycomm.tools.results_schema's layout: a row per pattern and size, with
+collective = p2p_latency, p2p_bw or p2p_bibw, size, count, dtype, window, busbw_factor (2 for
+bibw), ceiling_us, frac_of_ceiling, gloo_over_pycomm, pycomm_over_mpi, wrong (pycomm's), and
+per peer <peer>_us, _algbw (size / time), _busbw (x busbw_factor: what the table prints),
+_spread, _rounds_us, _wrong, with the peers named pycomm_backend, gloo, mpi.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+
+from harness.launch import launch  # (harness puts pycomm on sys.path)
+from harness.p2p import NAMES, PATTERNS, buffers, layout, through_dist
+from harness.p2p_sweep import P2PSweep
+from harness.peers import mpi
+from harness.peers import pycomm as pycomm_peers
+from harness.peers.peer import Peer
+from harness.sizes import add_size_options, check_size_options, human, parse_size, sweep
+from harness.sweep import peer_columns
+from harness.table import Column, Table
+from harness.world import World
+from pycomm.tools import results_schema as schema
+
+MPI_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mpi_p2p.py")
+DTYPES = ("float32", "uint8")
+
+
+def set_up_peers(world):
+    """([peers], [header lines about absent ones], the pycomm group or None)."""
+    dist, peers, lines = world.dist, [], []
+    group, why = pycomm_peers.backend_group(world)
+    if group is None:
+        lines.append(f"pycomm backend absent: {why}")
+    else:
+        note = (f"pycomm = dist.new_group(backend={pycomm_peers.BACKEND!r}) through dist.* "
+                f"(point-to-point forwarded inside the backend to its gloo fallback today)")
+        peers.append(through_dist(Peer("pycomm", schema.PYCOMM_BACKEND, note), dist, group,
+                                  world.rank))
+    peers.append(through_dist(Peer(world.backend, schema.GLOO,
+                                   f"{world.backend} = the default group"), dist, None,
+                              world.rank))
+    return peers, lines, group
+
+
+def warm_up(world, measure, peers, patterns):
+    """A few calls of every pattern on every peer (page faults, lazy connections) so that
+    the first row is not charged for them; a peer that fails drops the pattern."""
+    for p in peers:
+        for name in patterns:
+            b = buffers(PATTERNS[name], measure.zeros, 256, world.rank, 4, distinct=False)
+            _, err = world.on_every_rank(lambda: [p.calls[name](b) for _ in range(20)])
+            if err:
+                p.failed[name] = f"warm-up: {err}"
+
+
+def mpi_plan(args, sizes, esize):
+    items = [dict(pattern=name, **layout(PATTERNS[name], s, esize, args.window,
+                                         args.window_bytes))
+             for name in args.patterns for s in sizes]
+    return dict(dtype=args.dtype, rounds=args.rounds, min_time=args.min_time,
+                min_iters=args.min_iters, max_iters=args.max_iters, warmup=args.warmup,
+                items=items)
+
+
+def make_row(args, world, pattern, lay, times, t_ceiling, wrong, peers, primary, mpi_rows):
+    nbytes, factor = lay["size"], pattern.busbw_factor
+    row = dict(collective=pattern.collective, call=pattern.call, size=nbytes,
+               count=lay["count"], dtype=args.dtype, op="none", world_size=world.size,
+               window=lay["window"], busbw_factor=factor, ceiling_bytes=nbytes * factor)
+    for p in peers:
+        row.update(peer_columns(p.key, times.get(p.key) or [], nbytes, factor,
+                                wrong.get(p.key), p.failed.get(pattern.name)))
+    if mpi_rows:
+        m = mpi_rows.get((pattern.collective, nbytes)) or {}
+        row.update(peer_columns(schema.MPI, [x * 1e-6 for x in m.get("rounds_us") or []],
+                                nbytes, factor, m.get("wrong"), m.get("note")))
+    t_ceil = statistics.median(t_ceiling)
+    row["ceiling_us"] = t_ceil * 1e6
+    prim = row.get(schema.column(primary.key, "us")) if primary else None
+    row["pycomm_peer"] = primary.key if primary else None
+    row["frac_of_ceiling"] = t_ceil * 1e6 / prim if prim else None
+    g, mu = row.get("gloo_us"), row.get("mpi_us")
+    row["gloo_over_pycomm"] = g / prim if g and prim else None
+    row["pycomm_over_mpi"] = prim / mu if prim and mu else None
+    row["wrong"] = row.get(schema.column(schema.PYCOMM_BACKEND, "wrong")) or 0
+    return row
+
+
+def pattern_summary(pattern, rows, primary):
+    def span(key):
+        xs = [r[key] for r in rows if r.get(key) is not None]
+        return f"{min(xs):.2f}x..{max(xs):.2f}x" if xs else "-"
+
+    last = rows[-1] if rows else {}
+    of_ceil = last.get("frac_of_ceiling")
+    line = (f"{pattern.name}: no pycomm column" if primary is None else
+            f"{pattern.name}: gloo/pyc {span('gloo_over_pycomm')}, pyc/mpi "
+            f"{span('pycomm_over_mpi')}, of_ceil at {human(last.get('size', 0))} "
+            + ("-" if of_ceil is None else f"{of_ceil:.3g}"))
+    return dict(collective=pattern.collective, pycomm_peer=primary.key if primary else None,
+                line=line)
+
+
+def table_of(pattern, peers, has_mpi):
+    cols = [Column("size", 11, "size", "d"), Column("count", 10, "count", "d"),
+            Column("type", 8, "dtype")]
+    if pattern.windowed:
+        cols.append(Column("window", 6, "window", "d"))
+    cols.append(None)
+    keys = [(p.label, p.key) for p in peers] + ([("mpi", schema.MPI)] if has_mpi else [])
+    for label, key in keys:
+        cols += [Column(f"{label} us", max(10, len(label) + 3), f"{key}_us", ".2f"),
+                 Column("+-%", 4, f"{key}_spread", ".0f", 100),
+                 Column("GB/s", 7, f"{key}_busbw", ".3f"),
+                 Column("#wrong", 6, f"{key}_wrong", "d"), None]
+    cols.append(Column("gloo/pyc", 8, "gloo_over_pycomm", ".2f"))
+    if has_mpi:
+        cols.append(Column("pyc/mpi", 7, "pycomm_over_mpi", ".2f"))
+    cols += [None, Column("ceil us", 10, "ceiling_us", ".2f"),
+             Column("ceil GB/s", 9,
+                    lambda r: r["ceiling_bytes"] / r["ceiling_us"] / 1e3 if r["ceiling_us"]
+                    else None, ".2f"),
+             Column("of_ceil", 7, "frac_of_ceiling", ".3f")]
+    return Table(cols)
+
+
+def table_title(pattern):
+    time = {"latency": "half the round trip", "bw": "window time / window",
+            "bibw": "one exchange"}[pattern.name]
+    gbs = "2 x size / time (both ways)" if pattern.busbw_factor == 2 else "size / time"
+    return f"## {pattern.name} ({pattern.calls}; {pattern.osu}): us = {time}, GB/s = {gbs}"
+
+
+def print_header(args, world, peers, lines):
+    print(f"# pycomm point-to-point vs {world.backend}: {world.size} ranks in pairs "
+          f"(2k sends to 2k+1), {args.dtype}, {args.rounds} rounds, window {args.window} "
+          f"(at most {human(args.window_bytes)}), {world.torch.get_num_threads()} thread(s) "
+          f"per rank")
+    print("# time: us, median of rounds of the slowest rank's per-call median, per unit; +-: "
+          "spread across rounds, %; #wrong: exact check, summed over ranks")
+    for p in peers:
+        print(f"# {p.note}")
+    for line in lines:
+        print(f"# {line}")
+    print("# ceiling: both ranks at once memcpy size x busbw_factor bytes (a staged transfer's "
+          "copy in and copy out, overlapped); of_ceil = ceiling time / pycomm time")
+    sys.stdout.flush()
+
+
+def report(args, world, rows, summary, peers, lines, mpi_meta):
+    total = sum(r["wrong"] for r in rows)
+    print(f"# summary (pycomm #wrong total: {total}):")
+    for s in summary:
+        print(f"#   {s['line']}")
+    if args.json:
+        meta = dict(world_size=world.size, dtype=args.dtype, rounds=args.rounds,
+                    window=args.window, window_bytes=args.window_bytes,
+                    patterns=args.patterns, stock_backend=world.backend,
+                    peers={p.key: p.note for p in peers}, notes=lines, mpi=mpi_meta or None,
+                    threads=world.torch.get_num_threads(),
+                    time="per unit: latency half a round trip, bw one message of the window, "
+                         "bibw one exchange",
+                    size="bytes of one message",
+                    ceiling="both ranks at once memcpy size x busbw_factor bytes")
+        schema.write(args.json, rows, meta, summary)
+        print(f"# wrote {args.json}")
+    sys.stdout.flush()
+
+
+def run(args):
+    world = World()
+    if world.size % 2:
+        raise SystemExit(f"p2p_perf.py: ranks pair up; {world.size} ranks is odd")
+    sizes = sweep(args.minbytes, args.maxbytes, args.stepfactor)
+    measure_settings = (args.rounds, args.min_time, args.min_iters, args.max_iters, args.warmup)
+    esize = 4 if args.dtype == "float32" else 1
+    mpi_rows, mpi_meta, mpi_note = mpi.column(world, args.no_mpi, mpi_plan(args, sizes, esize),
+                                              args.mpi_timeout, worker=MPI_WORKER)
+    peers, lines, group = set_up_peers(world)
+    if mpi_note:
+        lines.append(mpi_note)
+    if world.rank == 0:
+        print_header(args, world, peers, lines)
+    # The pycomm group's barrier, where there is one, aligns the ceiling's copies more
+    # tightly than gloo's.
+    barrier = (lambda: world.dist.barrier(group=group)) if group is not None else world.barrier
+    measure = P2PSweep(world, args.dtype, *measure_settings, barrier, args.window,
+                       args.window_bytes)
+    warm_up(world, measure, peers, args.patterns)
+    primary = next((p for p in peers if p.key == schema.PYCOMM_BACKEND), None)
+    rows, summary = [], []
+    for name in args.patterns:
+        pattern = PATTERNS[name]
+        table = table_of(pattern, peers, bool(mpi_rows))
+        if world.rank == 0:
+            print(table_title(pattern))
+            print(table.header(), flush=True)
+        mine = []
+        for size in sizes:
+            measured = measure.measure(pattern, size, peers)
+            mine.append(make_row(args, world, pattern, *measured, peers, primary, mpi_rows))
+            if world.rank == 0:
+                print(table.row(mine[-1]), flush=True)
+        rows += mine
+        summary.append(pattern_summary(pattern, mine, primary))
+        if world.rank == 0:
+            for p in peers:
+                if name in p.failed:
+                    print(f"# {p.label} dropped for {name}: {p.failed[name]}")
+            print(f"# {summary[-1]['line']}\n", flush=True)
+    if world.rank == 0:
+        report(args, world, rows, summary, peers, lines, mpi_meta)
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    add_size_options(p, " (<= 1: add 1 byte)")
+    p.set_defaults(maxbytes="64M")
+    p.add_argument("--nproc", "--ranks", type=int, default=2, metavar="RANKS",
+                   help="ranks to spawn, an even number (ignored under torchrun)")
+    p.add_argument("--pattern", default="all", metavar="NAME[,NAME...]",
+                   help=f"patterns to sweep, of {', '.join(NAMES)}; all: every one")
+    p.add_argument("-d", "--dtype", choices=DTYPES, default="float32",
+                   help="element type (uint8: any size in bytes)")
+    p.add_argument("--window", type=int, default=64, metavar="MESSAGES",
+                   help="bw: messages in flight per call (osu_bw's window)")
+    p.add_argument("--window-bytes", type=parse_size, default="256M", metavar="SIZE",
+                   help="bw: a window holds at most this many bytes (one message at least)")
+    p.add_argument("--min-time", type=float, default=0.3, metavar="SECONDS",
+                   help="seconds of calls per pattern, size and peer, over all rounds")
+    p.add_argument("--rounds", type=int, default=3, metavar="N",
+                   help="times each peer is measured per size, in turns")
+    p.add_argument("--min-iters", type=int, default=5, metavar="CALLS",
+                   help="calls per measurement, at least")
+    p.add_argument("--max-iters", type=int, default=20000, metavar="CALLS",
+                   help="calls per measurement, at most")
+    p.add_argument("-w", "--warmup", type=int, default=5, metavar="CALLS",
+                   help="untimed calls before each measurement")
+    p.add_argument("--no-mpi", action="store_true", help="skip the Open MPI column")
+    p.add_argument("--mpi-timeout", type=float, default=3600, metavar="SECONDS",
+                   help="seconds the mpirun launch may take")
+    p.add_argument("--json", metavar="PATH", help="write the rows (and a summary) to this file")
+    args = p.parse_args(argv)
+    check_size_options(p, args)
+    names = [n.strip() for n in args.pattern.split(",") if n.strip()]
+    if names == ["all"]:
+        names = list(NAMES)
+    bad = [n for n in names if n not in PATTERNS]
+    if bad or not names:
+        p.error(f"--pattern: unknown {', '.join(bad) or '(none)'}; choose from {', '.join(NAMES)}")
+    args.patterns = list(dict.fromkeys(names))
+    if args.nproc < 2 or args.nproc % 2:
+        p.error(f"--nproc: ranks pair up, so an even number >= 2, got {args.nproc}")
+    if args.window < 1 or args.rounds < 1 or args.min_iters < 1:
+        p.error("--window, --rounds and --min-iters must be >= 1")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    launch(run, args, args.nproc)
+
+
+if __name__ == "__main__":
+    main()
