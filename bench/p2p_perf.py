@@ -86,7 +86,7 @@ def set_up_peers(world):
         lines.append(f"pycomm backend absent: {why}")
     else:
         note = (f"pycomm = dist.new_group(backend={pycomm_peers.BACKEND!r}) through dist.* "
-                f"(point-to-point forwarded inside the backend to its gloo fallback today)")
+                f"(native point-to-point: the shared-memory channels, csrc/core/p2p/)")
         peers.append(through_dist(Peer("pycomm", schema.PYCOMM_BACKEND, note), dist, group,
                                   world.rank))
     peers.append(through_dist(Peer(world.backend, schema.GLOO,

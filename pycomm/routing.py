@@ -28,6 +28,8 @@ DESCRIPTIONS = {
     "local-index": "gloo among the ranks of one local index, shared memory inside each host",
     "root-host": "the root's host first, its leader to the other leaders, then each host",
     "cuda-ipc": "pycomm's CUDA IPC kernels on one host",
+    "channels": "the point-to-point shared-memory channels, one progress loop over every "
+                "send and receive posted",
     "gloo": "gloo over the whole group, after pycomm's queued work",
 }
 

@@ -704,8 +704,9 @@ def test_object_collectives_and_sequence_number(backend_worlds, world_size):
 
 
 # ---------------------------------------------------------------------------
-# Forwarded to gloo inside the backend: send/recv, bitwise ops, sparse tensors,
-# monitored_barrier; and gather and scatter, native on one host.
+# Forwarded to gloo inside the backend: bitwise ops, sparse tensors,
+# monitored_barrier; and gather and scatter, native on one host (point-to-point:
+# test_backend_p2p.py).
 
 def forwarded_case():
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -713,38 +714,6 @@ def forwarded_case():
     dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16, "int64": torch.int64,
               "uint8": torch.uint8}
     for name, dtype in dtypes.items():
-        for count in (1, 7, 1023, 65537):
-            # blocking send/recv between every ordered pair, one pair at a time
-            for src in range(world):
-                for dst in range(world):
-                    if src == dst:
-                        continue
-                    key = ("p2p", name, count, src, dst)
-                    if rank == src:
-                        dist.send(data_input(key, src, (count,), dtype), dst=dst, tag=count)
-                    elif rank == dst:
-                        t = torch.zeros(count, dtype=dtype)
-                        dist.recv(t, src=src, tag=count)
-                        c.equal(f"send/recv {src}->{dst} {name} n={count}", t,
-                                data_input(key, src, (count,), dtype), bitwise=True)
-            # a ring with isend/irecv, and the same with batch_isend_irecv
-            if world > 1:
-                nxt, prv = (rank + 1) % world, (rank - 1) % world
-                key = ("ring", name, count)
-                t = torch.zeros(count, dtype=dtype)
-                reqs = [dist.isend(data_input(key, rank, (count,), dtype), dst=nxt),
-                        dist.irecv(t, src=prv)]
-                for req in reqs:
-                    req.wait()
-                c.equal(f"isend/irecv ring {name} n={count}", t,
-                        data_input(key, prv, (count,), dtype), bitwise=True)
-                t = torch.zeros(count, dtype=dtype)
-                ops = [dist.P2POp(dist.isend, data_input(key, rank, (count,), dtype), nxt),
-                       dist.P2POp(dist.irecv, t, prv)]
-                for req in dist.batch_isend_irecv(ops):
-                    req.wait()
-                c.equal(f"batch_isend_irecv ring {name} n={count}", t,
-                        data_input(key, prv, (count,), dtype), bitwise=True)
         for count in (0, 7, 1023, 100003):  # the last in pieces (256 KiB slots)
             for root in range(world):
                 key = ("gather", name, count, root)

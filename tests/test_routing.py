@@ -36,11 +36,11 @@ def test_across_hosts_the_shard_form_needs_size_equal_hosts_and_an_element_per_r
 
 
 def test_what_pycomm_does_not_run_goes_to_the_fallback():
-    for c in ("send", "recv"):
-        assert routing.route(c) == ("fallback", "gloo")
-    for c in ("gather", "scatter"):  # pycomm's on one host, gloo's across hosts
-        assert routing.route(c) == ("host", "direct")
+    for c, algorithm in (("gather", "direct"), ("scatter", "direct"), ("send", "channels"),
+                         ("recv", "channels")):  # pycomm's on one host, gloo's across hosts
+        assert routing.route(c) == ("host", algorithm)
         assert routing.route(c, hosts=2, local_size=2) == ("fallback", "gloo")
+        assert routing.route(c, cuda=True) == ("fallback", "gloo")
     for c in ("all_reduce", "reduce", "reduce_scatter"):  # a bitwise op
         assert routing.route(c, native_op=False) == ("fallback", "gloo")
     assert routing.route("broadcast", native_op=False).plan == "host"  # no reduction: op unused

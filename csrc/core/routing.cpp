@@ -23,6 +23,8 @@ Route host_route(const RouteQuery& q) {
                  ? Route::kRing
                  : Route::kDirect;
     case Collective::kAllToAll: return Route::kPairwise;
+    case Collective::kSend:
+    case Collective::kRecv: return Route::kChannels;
     default: return Route::kDirect;
   }
 }
@@ -47,7 +49,7 @@ Route hierarchical_route(const RouteQuery& q) {
 }  // namespace
 
 Routed route(const RouteQuery& q) {
-  const bool one_host_only = q.collective == Collective::kGather || q.collective == Collective::kScatter;
+  const bool one_host_only = q.collective >= Collective::kGather;
   const bool pycomm_runs = (q.collective <= Collective::kBarrier || (one_host_only && q.hosts == 1)) &&
                            !q.sparse && (q.native_op || !reduces(q.collective));
   if (!pycomm_runs) return {Plan::kFallback, Route::kGloo};
@@ -107,6 +109,7 @@ const char* route_name(Route r) {
     case Route::kLocalIndex: return "local-index";
     case Route::kRootHost: return "root-host";
     case Route::kCudaIpc: return "cuda-ipc";
+    case Route::kChannels: return "channels";
     case Route::kGloo: return "gloo";
   }
   return "unknown";

@@ -18,9 +18,7 @@ namespace pycomm::core {
 enum class Collective : uint8_t {
   kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScatter, kAllToAll, kBarrier,
   // pycomm's on one host; the fallback's across hosts.
-  kGather, kScatter,
-  // Not run by pycomm yet: always the fallback.
-  kSend, kRecv,
+  kGather, kScatter, kSend, kRecv,
 };
 inline constexpr int kCollectives = int(Collective::kRecv) + 1;
 
@@ -41,6 +39,7 @@ enum class Route : uint8_t {
   kLocalIndex,   // all_gather / reduce_scatter: between hosts among the ranks of one local index
   kRootHost,     // broadcast: the root's host, then its leader to the others, then each host
   kCudaIpc,      // one-shot or two-shot over CUDA IPC (the kernel launch picks, all_reduce_args.h)
+  kChannels,     // send/recv: the point-to-point channels and their progress loop (host)
   kGloo,         // what the fallback backend runs
 };
 inline constexpr int kRoutes = int(Route::kGloo) + 1;

@@ -28,6 +28,10 @@
     "each buffer of a ring link")                                                                  \
   X(link_buffers, data.link_buffers, "PYCOMM_RING_BUFFERS", "count", 1, size_t(4),                 \
     "buffers per ring link: how far a sender may run ahead of its receiver")                      \
+  X(p2p_frame_bytes, p2p.frame_bytes, "PYCOMM_P2P_FRAME_KB", "KiB", 1024, size_t(256 * 1024),      \
+    "each frame of a point-to-point channel; larger messages stream through in frames")         \
+  X(p2p_frames, p2p.frames, "PYCOMM_P2P_FRAMES", "count", 1, size_t(4),                            \
+    "frames per point-to-point channel: how far a sender may run ahead of its receiver")         \
   /* Two ranks: the pipelined ring beats the one-shot from 32 B up (32 KiB: 4.4 us vs 9.6 us);   \
      three or four: the one-shot, with its single synchronisation, is faster up to about         \
      64 KiB. */                                                                                    \

@@ -5,6 +5,7 @@
 #include <cstddef>
 
 #include "collectives/collectives.h"
+#include "p2p/p2p_channels.h"
 #include "settings.h"
 #include "transport/session.h"
 #include "transport/shm_data_path.h"
@@ -20,6 +21,7 @@ struct HierarchyTuning {
 struct CommConfig {
   WaitPolicy wait;
   ShmDataConfig data;
+  P2PConfig p2p;
   CollectiveTuning tuning;
   HierarchyTuning hierarchy;
 };

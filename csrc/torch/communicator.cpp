@@ -18,6 +18,14 @@ c10::TypePtr result_type(const Job& job) {
   return job.value_type ? job.value_type : c10::TypePtr(c10::ListType::create(c10::TensorType::get()));
 }
 
+// What the creator reserves: the collectives' data path, then the
+// point-to-point channels.
+core::DataRegion region_of(int world, const core::CommConfig& config) {
+  core::DataRegion region = core::ShmDataPath::region(world, config.data);
+  core::P2PChannels::reserve(region, world, config.p2p);
+  return region;
+}
+
 }  // namespace
 
 thread_local bool t_on_lane = false;
@@ -102,11 +110,14 @@ void Completions::stop() {
 Communicator::Communicator(int rank, int world, const std::string& segment_name, bool create,
                            const core::CommConfig& config)
     : config_(config),
-      session_(create ? core::Session::create(rank, world, segment_name, config.wait,
-                                              core::ShmDataPath::region(world, config.data))
+      session_(create ? core::Session::create(rank, world, segment_name, config.wait, region_of(world, config))
                       : core::Session::attach(rank, world, segment_name, config.wait)) {
   try {
     path_ = std::make_unique<core::ShmDataPath>(*session_);
+    channels_ = std::make_unique<core::P2PChannels>(*session_);
+    p2p_ = std::make_unique<core::P2PEngine>(*channels_, [](uint32_t type) {
+      return std::string(c10::toString(c10::ScalarType(type)));
+    });
   } catch (...) {
     // Nobody else knows the name yet: remove it, or it stays in /dev/shm.
     if (create) session_->unlink_name();
@@ -221,6 +232,7 @@ void Communicator::close() {
     if (closing_) return;
     closing_ = true;
   }
+  p2p_->close();
   cv_.notify_all();
   if (worker_.joinable()) worker_.join();
   {

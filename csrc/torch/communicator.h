@@ -1,5 +1,5 @@
-// The stateful communicator: a session, its shared-memory data path, and one
-// worker thread that runs queued collectives in call order and completes a
+// The stateful communicator: a session, its shared-memory data path, its
+// point-to-point engine (which makes its own progress), and one worker thread that runs queued collectives in call order and completes a
 // torch Future for each. A synchronous call that finds the communicator idle
 // runs in the caller's thread instead, which keeps a small all-reduce at a few
 // microseconds. Used by pycomm.Communicator (module.cpp) and by the c10d
@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "../core/collectives/collectives.h"
+#include "../core/p2p/p2p_engine.h"
 #include "../core/tuning.h"
 
 namespace pycomm {
@@ -141,6 +142,9 @@ class Communicator {
   bool broken() const { return session_->aborted(); }
   // Only a collective's body (which holds busy_) may use it.
   std::unique_ptr<CudaPath, CudaPathDelete>& cuda_path() { return cuda_path_; }
+  // Point-to-point: any thread, beside the collectives (it has its own lock,
+  // progress and channels).
+  core::P2PEngine& p2p() { return *p2p_; }
 
  private:
   std::exception_ptr run(const Job& job);  // the error, or null
@@ -151,6 +155,8 @@ class Communicator {
   core::CommConfig config_;
   std::unique_ptr<core::Session> session_;
   std::unique_ptr<core::ShmDataPath> path_;
+  std::unique_ptr<core::P2PChannels> channels_;
+  std::unique_ptr<core::P2PEngine> p2p_;  // declared after what it uses: destroyed first
   core::InputBackup backup_;  // used only by whoever holds busy_
   std::optional<core::Context> context_;
   std::unique_ptr<CudaPath, CudaPathDelete> cuda_path_;

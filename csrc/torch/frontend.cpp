@@ -564,19 +564,100 @@ c10::intrusive_ptr<c10d::Work> Backend::scatter(std::vector<at::Tensor>& outputs
   return launch(c10d::OpType::SCATTER, std::move(job), opts.asyncOp);
 }
 
-// ---------------------------------------------------------------- the fallback's
+// ---------------------------------------------------------------- point-to-point
+
+namespace {
+
+// c10d's view of one send or receive: wait() drives the engine's progress in
+// the caller's thread (the engine's helper drives it for nobody else); the
+// future completes when the operation does, on whichever thread finished it.
+class P2PWork : public c10d::Work {
+ public:
+  P2PWork(int rank, c10d::OpType type, std::shared_ptr<Communicator> comm, core::P2PHandle op,
+          std::vector<at::Tensor> tensors, c10::intrusive_ptr<c10::ivalue::Future> future)
+      : c10d::Work(rank, type),
+        comm_(std::move(comm)),
+        op_(std::move(op)),
+        tensors_(std::move(tensors)),
+        future_(std::move(future)) {}
+
+  bool isCompleted() override { return op_->done(); }
+  bool isSuccess() const override { return op_->done() && !op_->error(); }
+  std::exception_ptr exception() const override { return op_->error(); }
+  // The engine's deadline (posted + the group's timeout) bounds the wait.
+  bool wait(std::chrono::milliseconds /*timeout*/) override {
+    comm_->p2p().wait(op_);
+    return true;
+  }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  std::vector<at::Tensor> result() override { return tensors_; }
+  // recv_anysource's answer (dist.recv(src=None) returns it).
+  int sourceRank() const override { return op_->source; }
+
+ private:
+  std::shared_ptr<Communicator> comm_;
+  core::P2PHandle op_;
+  std::vector<at::Tensor> tensors_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::Work> Backend::point_to_point(core::P2POp::Kind kind,
+                                                       std::vector<at::Tensor>& tensors, int peer,
+                                                       int tag) {
+  const bool sends = kind == core::P2POp::Kind::kSend;
+  const char* what = sends ? "send" : "recv";
+  const at::Tensor& t = single_tensor(tensors, "tensor");
+  // Bytes move as they are, so every dtype goes, bool and complex included.
+  TORCH_CHECK_VALUE(t.is_contiguous(), what, ": tensor must be contiguous, got strides ", t.strides());
+  if (peer != core::P2POp::kAnySource) {
+    TORCH_CHECK_VALUE(peer >= 0 && peer < getSize() && peer != getRank(), sends ? "dst" : "src",
+                      ": rank ", peer, " is not a peer of rank ", getRank(), " in this group of ",
+                      getSize());
+  }
+  auto op = std::make_shared<core::P2POp>();
+  op->kind = kind;
+  op->peer = peer;
+  op->tag = tag;
+  op->data = static_cast<char*>(t.data_ptr());
+  op->bytes = t.nbytes();
+  op->type = uint32_t(t.scalar_type());
+  auto future = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors());
+  op->on_done = [future, tensors](const core::P2POp& o) {
+    if (std::exception_ptr err = o.error()) {
+      future->setError(err);
+    } else {
+      future->markCompleted(c10::IValue(tensors));
+    }
+  };
+  comm_->p2p().post(op);
+  return c10::make_intrusive<P2PWork>(getRank(), sends ? c10d::OpType::SEND : c10d::OpType::RECV, comm_,
+                                      std::move(op), tensors, std::move(future));
+}
 
 c10::intrusive_ptr<c10d::Work> Backend::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
-  return fallback().send(tensors, dst, tag);
+  if (plan_of(core::Collective::kSend, where_of(tensors)) == core::Plan::kFallback) {
+    return fallback().send(tensors, dst, tag);
+  }
+  return point_to_point(core::P2POp::Kind::kSend, tensors, dst, tag);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
-  return fallback().recv(tensors, src, tag);
+  if (plan_of(core::Collective::kRecv, where_of(tensors)) == core::Plan::kFallback) {
+    return fallback().recv(tensors, src, tag);
+  }
+  return point_to_point(core::P2POp::Kind::kRecv, tensors, src, tag);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
-  return fallback().recvAnysource(tensors, tag);
+  if (plan_of(core::Collective::kRecv, where_of(tensors)) == core::Plan::kFallback) {
+    return fallback().recvAnysource(tensors, tag);
+  }
+  return point_to_point(core::P2POp::Kind::kRecv, tensors, core::P2POp::kAnySource, tag);
 }
+
+// ---------------------------------------------------------------- the fallback's
 
 void Backend::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
   ++sequence_;

@@ -10,9 +10,10 @@
 // Native: allreduce (+coalesced), broadcast, reduce, allgather (list, into
 // tensor, coalesced), reduce_scatter (list, tensor, coalesced), alltoall
 // (single with even or uneven splits, list), barrier, and on one host gather
-// and scatter; ops SUM, AVG, MIN, MAX, PRODUCT, PREMUL_SUM. Everything else
-// (send/recv, bitwise ops, sparse tensors, what torch adds later) goes to a
-// gloo backend built on a prefixed copy of the same store, after pycomm's
+// and scatter, send/recv (the communicator's point-to-point engine, beside its
+// queue rather than in it); ops SUM, AVG, MIN, MAX, PRODUCT, PREMUL_SUM.
+// Everything else (bitwise ops, sparse tensors, what torch adds later) goes to
+// a gloo backend built on a prefixed copy of the same store, after pycomm's
 // queued work.
 #pragma once
 
@@ -80,7 +81,8 @@ class Backend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
                                          std::vector<std::vector<at::Tensor>>& inputs,
                                          const c10d::ScatterOptions& opts) override;
-  // The routing table sends these to the gloo backend.
+  // Native on one host (the communicator's point-to-point engine), any dtype;
+  // the gloo backend's across hosts and for CUDA or sparse tensors.
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
@@ -140,6 +142,9 @@ class Backend : public c10d::Backend {
                                                         const Reduction& red, bool async_op);
   c10::intrusive_ptr<c10d::Work> all_to_all(c10d::OpType type, std::vector<at::Tensor> outputs,
                                             Blocks send, Blocks recv, bool async_op);
+  // send, recv and recvAnysource (peer kAnySource) on the engine.
+  c10::intrusive_ptr<c10d::Work> point_to_point(core::P2POp::Kind kind, std::vector<at::Tensor>& tensors,
+                                                int peer, int tag);
   // Waits for pycomm's queued work, then returns the fallback backend: what
   // the caller hands it may depend on that work. (The other way round, as
   // with gloo alone, a caller waits for an isend/irecv before a collective

@@ -3,6 +3,7 @@
     pycomm predict --preset resnet50-4xa100
     pycomm predict --gpus 32 --gpus-per-host 8 --interconnect ib --step-compute-s 0.8 --grad-mb 100
     pycomm predict --gpus 8 --calibrate allreduce.json --backend stock --json
+    pycomm predict --3d --dp 8 --tp 8 --pp 4 --microbatches 16 --gpus-per-host 8 --tflops 150
     pycomm bench allreduce --json out.json  # runs bench/collectives_perf.py --collective all_reduce
     pycomm bench collectives --collective all_gather,broadcast  # runs bench/collectives_perf.py
     pycomm bench ddp ...                    # runs bench/ddp_resnet50.py
@@ -19,7 +20,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Optional, Sequence, Tuple
 
-from . import scaling
+from . import predict_3d, scaling
 from .scaling import MB, MIB, Cluster, Prediction, Scenario, Sync
 
 __all__ = ["main"]
@@ -126,6 +127,7 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("--hier-calibrate", metavar="PATH.json",
                     help="fit the hierarchical model to a collectives_perf.py --hosts --json run "
                          "and print its error against the measured hierarchical times")
+    predict_3d.add_arguments(pr)
 
     be = sub.add_parser("bench", help="run bench/collectives_perf.py or bench/ddp_resnet50.py",
                         description="Runs a benchmark script of the source tree with this "
@@ -294,6 +296,17 @@ def _hier_calibrate(path: str) -> int:
     return 0
 
 
+def _predict_3d(a: argparse.Namespace) -> int:
+    pred, compute_note = predict_3d.prediction(a)
+    if a.json:
+        out = {"model": "3d", "compute": compute_note, "prediction": asdict(pred)}
+        print(json.dumps(_jsonable(out), indent=2))
+    else:
+        print(f"3d: data x tensor x pipeline parallel; {compute_note}")
+        print(scaling.three_d.format_prediction_3d(pred))
+    return 0
+
+
 def _predict(a: argparse.Namespace) -> int:
     if a.list:
         print("presets:")
@@ -304,6 +317,8 @@ def _predict(a: argparse.Namespace) -> int:
             print(f"  {link.name:10s} {link.alpha_s * 1e6:5.1f} us {link.bandwidth_Bps / 1e9:7.2f} "
                   f"GB/s  {link.source}")
         return 0
+    if a.three_d:
+        return _predict_3d(a)
     if a.hier_calibrate:
         return _hier_calibrate(a.hier_calibrate)
     sc, calibration, _ = _scenario_from_args(a)

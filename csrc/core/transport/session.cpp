@@ -1,9 +1,6 @@
 #include "session.h"
 
-#include <errno.h>
-#include <linux/futex.h>
 #include <sched.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -12,36 +9,10 @@
 #include <sstream>
 
 #include "../errors.h"
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define PYCOMM_CPU_RELAX() _mm_pause()
-#elif defined(__aarch64__)
-#define PYCOMM_CPU_RELAX() asm volatile("yield" ::: "memory")
-#else
-#define PYCOMM_CPU_RELAX() ((void)0)
-#endif
+#include "wait_primitives.h"
 
 namespace pycomm::core {
 namespace {
-
-static_assert(sizeof(std::atomic<uint64_t>) == 8, "counters must be plain 64-bit words");
-static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
-              "futexes wait on the low 32 bits of a 64-bit counter");
-
-uint32_t* low_word(const std::atomic<uint64_t>& w) {
-  return reinterpret_cast<uint32_t*>(const_cast<std::atomic<uint64_t>*>(&w));
-}
-
-void futex_wait(uint32_t* addr, uint32_t expected, uint64_t timeout_ns) {
-  struct timespec ts;
-  ts.tv_sec = time_t(timeout_ns / 1000000000ull);
-  ts.tv_nsec = long(timeout_ns % 1000000000ull);
-  // Not FUTEX_PRIVATE: the word is shared between processes.
-  syscall(SYS_futex, addr, FUTEX_WAIT, expected, &ts, nullptr, 0);
-}
-
-void futex_wake_all(uint32_t* addr) { syscall(SYS_futex, addr, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0); }
 
 constexpr uint64_t kSleepSliceNs = 2'000'000;    // re-check abort, deadline and peers this often
 constexpr uint64_t kLivenessEveryNs = 1'000'000;  // ask the kernel about peers at most this often
@@ -171,7 +142,7 @@ void Session::publish(std::atomic<uint64_t>& word, uint64_t value, int writer) {
   // seq_cst store then seq_cst load: either this rank sees the sleeper, or the
   // sleeper's re-check (also seq_cst) sees the new value. No lost wake-up.
   word.store(value, std::memory_order_seq_cst);
-  if (control(writer).sleep.sleepers.load(std::memory_order_seq_cst) != 0) futex_wake_all(low_word(word));
+  if (control(writer).sleep.sleepers.load(std::memory_order_seq_cst) != 0) futex_wake_all(word);
 }
 
 void Session::wait_at_least(const std::atomic<uint64_t>& word, uint64_t target, int writer,
@@ -184,7 +155,7 @@ void Session::wait_at_least(const std::atomic<uint64_t>& word, uint64_t target, 
   while (now < spin_end) {
     for (int i = 0; i < 64; ++i) {
       if (word.load(std::memory_order_acquire) >= target) return;
-      PYCOMM_CPU_RELAX();
+      cpu_relax();
     }
     now = monotonic_ns();
   }
@@ -207,7 +178,7 @@ void Session::wait_at_least(const std::atomic<uint64_t>& word, uint64_t target, 
     sleepers.fetch_add(1, std::memory_order_seq_cst);
     const uint64_t seen = word.load(std::memory_order_seq_cst);
     if (seen < target) {
-      futex_wait(low_word(word), uint32_t(seen), std::min(kSleepSliceNs, deadline_ns_ - now));
+      futex_wait(word, uint32_t(seen), std::min(kSleepSliceNs, deadline_ns_ - now));
     }
     sleepers.fetch_sub(1, std::memory_order_seq_cst);
   }
@@ -245,13 +216,13 @@ std::string Session::abort(const std::string& reason) {
     // Wake the handshake's sleepers so each sees the abort now; a data path's
     // sleepers see it at their next slice (kSleepSliceNs).
     for (int r = 0; r < world_; ++r) {
-      futex_wake_all(low_word(control(r).own.arrived));
+      futex_wake_all(control(r).own.arrived);
     }
   }
   return reason;
 }
 
-void Session::fail_aborted() const {
+std::string Session::aborted_message(const std::string& what) const {
   Header& h = header();
   // The aborting rank fills the reason between kWriting and kAborted.
   const uint64_t give_up = monotonic_ns() + 100'000'000;
@@ -260,10 +231,12 @@ void Session::fail_aborted() const {
     sched_yield();
   }
   std::ostringstream os;
-  os << "rank " << rank_ << ": " << what_ << " failed: the communicator was aborted by rank "
+  os << "rank " << rank_ << ": " << what << " failed: the communicator was aborted by rank "
      << h.abort_by << ": " << h.abort_reason;
-  throw CommTimeout(os.str());
+  return os.str();
 }
+
+void Session::fail_aborted() const { throw CommTimeout(aborted_message(what_)); }
 
 void Session::fail_dead(int peer) {
   std::ostringstream os;

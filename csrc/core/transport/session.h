@@ -112,6 +112,15 @@ class Session {
   // message the caller should raise.
   std::string abort(const std::string& reason);
   bool aborted() const;
+  // What a call named `what` raises once the session is aborted: the reason
+  // the aborting rank wrote.
+  std::string aborted_message(const std::string& what) const;
+
+  // For waits that are not a collective's (point-to-point keeps a deadline per
+  // operation): the lowest rank whose process has exited, or -1, and its pid.
+  // Safe to call from any thread once start() returned.
+  int first_dead_peer() const { return watch_.first_dead(); }
+  pid_t pid_of(int r) const { return watch_.pid_of(r); }
 
  private:
   Session(int rank, int world, std::shared_ptr<ShmSegment> segment, const WaitPolicy& policy);

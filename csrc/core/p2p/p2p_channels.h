@@ -1,0 +1,131 @@
+// The shared memory of point-to-point: a channel from each rank to each peer,
+// a notice line back, and a doorbell per rank. Bytes only; which message goes
+// into which frame, and what matches what, is the engine's (p2p_engine.h).
+//
+//   channel(from, to)  `frames` frames of `frame_bytes` each, a single-producer
+//                      single-consumer queue: `from` fills a frame (header and
+//                      payload) and commits it, `to` reads it and consumes it.
+//                      Frames leave in the order they were committed, which is
+//                      what keeps messages between two ranks in order.
+//   notice(from, to)   written by `to`: the last message of `from` that it
+//                      refused (sizes or dtypes differ), with the reason, so the
+//                      sender raises the same error as the receiver.
+//   doorbell(r)        any rank rings it after it committed a frame to r,
+//                      consumed one from r, or left r a notice; r's progress
+//                      sleeps on it (a futex) when nothing else can move.
+//
+// The channels live in the session's segment, after the collectives' data
+// path (reserve() appends them to its region), so they share its set-up, its
+// peer watch, its abort and its clean-up.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "../transport/session.h"
+
+namespace pycomm::core {
+
+struct P2PConfig {
+  size_t frame_bytes = 256 * 1024;
+  size_t frames = 4;
+};
+
+// One frame's description, written by the sender before it commits the frame.
+struct FrameHeader {
+  uint64_t message;      // the sender's message number on this channel, from 0
+  uint64_t total_bytes;  // of the whole message
+  uint64_t offset;       // of this frame's payload in the message
+  int64_t tag;
+  uint32_t bytes;        // payload in this frame
+  uint32_t type;         // the glue's element type, compared with the receive's
+};
+
+class P2PChannels {
+ public:
+  // Adds the channels to the region the session's creator reserves (the data
+  // path's, whose params slots below kParamBase stay untouched). Large worlds
+  // get smaller frames so a rank's channels stay within a fixed budget.
+  static void reserve(DataRegion& region, int world, const P2PConfig& config);
+
+  // Lays the channels over the session's region (sizes from its header).
+  explicit P2PChannels(Session& session);
+
+  Session& session() const { return session_; }
+  int rank() const { return rank_; }
+  int world() const { return world_; }
+  size_t frame_bytes() const { return frame_bytes_; }
+
+  // Sending to `peer`: whether a frame is free, then fill it and commit.
+  bool can_send(int peer) const;
+  FrameHeader& send_header(int peer) { return header(rank_, peer, sent_[size_t(peer)]); }
+  char* send_payload(int peer) { return payload(rank_, peer, sent_[size_t(peer)]); }
+  void commit(int peer);
+
+  // Receiving from `peer`: whether a frame is there, then read it and consume.
+  bool can_recv(int peer) const;
+  const FrameHeader& recv_header(int peer) const { return header(peer, rank_, received_[size_t(peer)]); }
+  const char* recv_payload(int peer) const { return payload(peer, rank_, received_[size_t(peer)]); }
+  void consume(int peer);
+
+  // Tells `sender` that its message `message` was refused and why. False when
+  // the sender has not yet read the previous notice (the first one stands).
+  bool leave_notice(int sender, uint64_t message, const std::string& why);
+  // A notice `receiver` left this rank, if there is a new one.
+  bool take_notice(int receiver, uint64_t* message, std::string* why);
+
+  // This rank's doorbell: read it before looking for work, then sleep until
+  // it moves on from that value (at most max_ns).
+  uint64_t bell() const;
+  void sleep_on_bell(uint64_t seen, uint64_t max_ns);
+  void ring(int r);
+
+ private:
+  // posted by the channel's sender; consumed by its receiver. Invariant: frame
+  // f sits at index f % frames; it is complete once posted > f (release), and
+  // the sender may overwrite it once consumed > f - frames.
+  struct alignas(kLine) CountLine { std::atomic<uint64_t> value{0}; };
+  struct ChannelControl {
+    CountLine posted;
+    CountLine consumed;
+  };
+  // Written by the channel's receiver: `why` and `message` are written before
+  // `left` is incremented (release), and not again until the sender has set
+  // `taken` to `left` (so the sender reads them while they hold still).
+  struct alignas(kLine) NoticeLine {
+    std::atomic<uint64_t> left{0};
+    uint64_t message;
+    char why[360];
+  };
+  struct alignas(kLine) TakenLine { std::atomic<uint64_t> taken{0}; };
+  // Rung by any rank (fetch_add); sleepers counts the owner's threads in
+  // futex_wait on it, so ringing costs a syscall only when one sleeps.
+  struct alignas(kLine) Doorbell {
+    std::atomic<uint64_t> rings{0};
+    std::atomic<uint32_t> sleepers{0};
+  };
+
+  size_t pair(int from, int to) const { return size_t(from) * size_t(world_) + size_t(to); }
+  ChannelControl& control(int from, int to) const;
+  NoticeLine& notice(int from, int to) const;
+  TakenLine& taken(int from, int to) const;
+  Doorbell& doorbell(int r) const;
+  FrameHeader& header(int from, int to, uint64_t frame) const;
+  char* payload(int from, int to, uint64_t frame) const;
+
+  Session& session_;
+  const int rank_;
+  const int world_;
+  char* base_;
+  size_t frame_bytes_;
+  size_t frames_;
+  size_t notices_offset_, bells_offset_, headers_offset_, payloads_offset_;
+  // Local mirrors (this rank is their only writer): frames committed to each
+  // peer and consumed from each peer.
+  std::vector<uint64_t> sent_;
+  std::vector<uint64_t> received_;
+};
+
+}  // namespace pycomm::core

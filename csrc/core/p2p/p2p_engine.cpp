@@ -1,0 +1,421 @@
+#include "p2p_engine.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+#include <utility>
+
+#include "../errors.h"
+#include "../transport/wait_primitives.h"
+
+namespace pycomm::core {
+namespace {
+
+constexpr uint64_t kSleepSliceNs = 2'000'000;    // re-check deadlines, peers and abort this often
+constexpr uint64_t kHealthEveryNs = 1'000'000;    // and no more often than this
+
+std::string rank_text(int r) { return "rank " + std::to_string(r); }
+
+}  // namespace
+
+P2PEngine::P2PEngine(P2PChannels& channels, TypeName type_name)
+    : ch_(channels),
+      session_(channels.session()),
+      type_name_(std::move(type_name)),
+      rank_(channels.rank()),
+      world_(channels.world()) {
+  sends_.resize(size_t(world_));
+  incoming_.resize(size_t(world_));
+  unexpected_.resize(size_t(world_));
+  next_message_.assign(size_t(world_), 0);
+}
+
+P2PEngine::~P2PEngine() { close(); }
+
+std::string P2PEngine::describe(const P2POp& op) const {
+  std::ostringstream os;
+  if (op.kind == P2POp::Kind::kSend) {
+    os << "send to rank " << op.peer;
+  } else if (op.peer == P2POp::kAnySource) {
+    os << "recv from any rank";
+  } else {
+    os << "recv from rank " << op.peer;
+  }
+  os << " (tag " << op.tag << ", " << op.bytes << " bytes)";
+  return os.str();
+}
+
+void P2PEngine::post(const P2PHandle& op) {
+  const int lowest = op->kind == P2POp::Kind::kRecv ? P2POp::kAnySource : 0;
+  if (op->peer < lowest || op->peer >= world_ || op->peer == rank_) {
+    throw InvalidArgument((op->kind == P2POp::Kind::kSend ? "dst: rank " : "src: rank ") +
+                          std::to_string(op->peer) + " is not a peer of rank " + std::to_string(rank_) +
+                          " in this group of " + std::to_string(world_));
+  }
+  if (op->bytes && !op->data) throw InvalidArgument("p2p: no data for " + describe(*op));
+  Done done;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closing_) throw CommError(rank_text(rank_) + ": " + describe(*op) + ": the communicator is closed");
+    // A refusal of an earlier send, already complete, is raised here, before
+    // this operation is posted (so the caller may post it again).
+    for (int p = 0; p < world_; ++p) {
+      if (p != rank_) take_notices_locked(p, done);
+    }
+    if (deferred_) std::rethrow_exception(std::exchange(deferred_, nullptr));
+    if (session_.aborted()) throw CommTimeout(session_.aborted_message(describe(*op)));
+    op->deadline_ns_ = monotonic_ns() + uint64_t(session_.policy().timeout_s * 1e9);
+    ++outstanding_;
+    const size_t peer = size_t(op->peer);
+    if (op->kind == P2POp::Kind::kSend) {
+      op->message_ = next_message_[peer]++;
+      sends_[peer].push_back(op);
+      push_sends_locked(op->peer, done);
+    } else if (!match_unexpected_locked(op, done)) {
+      recvs_.push_back(op);
+      // Its message may be in the channel already.
+      for (int p = 0; p < world_; ++p) {
+        if (p != rank_ && (op->peer == P2POp::kAnySource || op->peer == p)) pull_frames_locked(p, done);
+      }
+    }
+    // The helper is woken only for what may stall without it: a send left
+    // queued (its channel is full), or a message of more than one frame.
+    // A small blocking receive is waited for at once: waking a thread for it
+    // would cost more than the message (and, on a small host, a core).
+    if (!op->done() && (op->kind == P2POp::Kind::kSend || op->bytes > ch_.frame_bytes())) {
+      op->helped_ = true;
+      ++helped_;
+      if (waiters_ == 0) {
+        if (!helper_.joinable()) helper_ = std::thread([this] { helper_loop(); });
+        helper_cv_.notify_one();
+      }
+    }
+  }
+  complete(done);
+}
+
+void P2PEngine::wait(const P2PHandle& op) {
+  if (!op->done()) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++waiters_;
+    }
+    const WaitPolicy& policy = session_.policy();
+    uint64_t spin_end = 0, yield_end = 0;
+    try {
+      for (bool moved = true;;) {
+        if (moved) {
+          // Something moved: a stream may be under way, so spin again before
+          // sleeping between its frames.
+          spin_end = monotonic_ns() + uint64_t(policy.spin_us * 1e3);
+          yield_end = spin_end + uint64_t(policy.yield_us * 1e3);
+        }
+        const uint64_t seen = ch_.bell();
+        Done done;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          moved = pass_locked(done);
+          check_health_locked(done);
+        }
+        complete(done);
+        if (op->done()) break;
+        if (moved) continue;
+        const uint64_t now = monotonic_ns();
+        if (now < spin_end) {
+          for (int i = 0; i < 64 && ch_.bell() == seen && !op->done(); ++i) cpu_relax();
+        } else if (now < yield_end) {
+          sched_yield();
+        } else {
+          ch_.sleep_on_bell(seen, kSleepSliceNs);
+        }
+      }
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mu_);
+      --waiters_;
+      throw;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--waiters_ == 0 && helped_ > 0) helper_cv_.notify_one();
+  }
+  if (std::exception_ptr err = op->error()) std::rethrow_exception(err);
+}
+
+void P2PEngine::close() {
+  Done done;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!closing_) {
+      closing_ = true;
+      const std::string why = ": the communicator was closed before it completed";
+      const std::vector<P2PHandle> pending = take_pending_locked();
+      for (const auto& op : pending) {
+        finish_locked(op, std::make_exception_ptr(CommError(rank_text(rank_) + ": " + describe(*op) + why)),
+                      done);
+      }
+    }
+  }
+  helper_cv_.notify_all();
+  ch_.ring(rank_);  // the helper may sleep on the doorbell
+  if (helper_.joinable() && helper_.get_id() != std::this_thread::get_id()) helper_.join();
+  complete(done);
+}
+
+void P2PEngine::helper_loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    helper_cv_.wait(lock, [&] { return closing_ || (helped_ > 0 && waiters_ == 0); });
+    if (closing_) return;
+    const uint64_t seen = ch_.bell();
+    Done done;
+    const bool moved = pass_locked(done);
+    check_health_locked(done);
+    lock.unlock();
+    complete(done);
+    // No spinning here: the caller's thread computes meanwhile, and may share
+    // the core with this one. A peer's frame or consume rings the doorbell.
+    if (!moved) ch_.sleep_on_bell(seen, kSleepSliceNs);
+    lock.lock();
+  }
+}
+
+// ---------------------------------------------------------------- the pass
+
+bool P2PEngine::pass_locked(Done& done) {
+  bool moved = false;
+  for (int p = 0; p < world_; ++p) {
+    if (p == rank_) continue;
+    if (!sends_[size_t(p)].empty()) moved |= push_sends_locked(p, done);
+    moved |= pull_frames_locked(p, done);
+    take_notices_locked(p, done);
+  }
+  return moved;
+}
+
+bool P2PEngine::push_sends_locked(int peer, Done& done) {
+  auto& queue = sends_[size_t(peer)];
+  bool moved = false;
+  while (!queue.empty() && ch_.can_send(peer)) {
+    P2POp& op = *queue.front();
+    const size_t n = std::min(op.bytes - op.moved_, ch_.frame_bytes());
+    ch_.send_header(peer) = FrameHeader{op.message_, op.bytes, op.moved_, op.tag, uint32_t(n), op.type};
+    if (n) std::memcpy(ch_.send_payload(peer), op.data + op.moved_, n);
+    ch_.commit(peer);
+    op.moved_ += n;
+    moved = true;
+    // A send is complete once its last frame is in shared memory: its buffer
+    // is free again, whenever the receive is posted.
+    if (op.moved_ == op.bytes) {
+      P2PHandle finished = std::move(queue.front());
+      queue.pop_front();
+      finish_locked(finished, finished->refused_, done);
+    }
+  }
+  if (moved) ch_.ring(peer);
+  return moved;
+}
+
+bool P2PEngine::pull_frames_locked(int peer, Done& done) {
+  bool moved = false;
+  Incoming& in = incoming_[size_t(peer)];
+  while (ch_.can_recv(peer)) {
+    const FrameHeader h = ch_.recv_header(peer);
+    if (!in.active) begin_message_locked(peer, h, done);
+    if (h.bytes) {
+      const char* src = ch_.recv_payload(peer);
+      if (in.recv) {
+        std::memcpy(in.recv->data + h.offset, src, h.bytes);
+      } else if (in.unexpected) {
+        std::memcpy(in.unexpected->data.data() + h.offset, src, h.bytes);
+        in.unexpected->got += h.bytes;
+      }
+    }
+    in.got += h.bytes;
+    ch_.consume(peer);
+    moved = true;
+    if (in.got == in.total) {
+      if (in.recv) {
+        in.recv->moved_ = in.total;
+        finish_locked(in.recv, nullptr, done);
+      }
+      in = Incoming{};
+    }
+  }
+  if (moved) ch_.ring(peer);
+  return moved;
+}
+
+void P2PEngine::begin_message_locked(int peer, const FrameHeader& h, Done& done) {
+  Incoming& in = incoming_[size_t(peer)];
+  in = Incoming{};
+  in.active = true;
+  in.message = h.message;
+  in.total = h.total_bytes;
+  // The earliest posted receive that takes it (MPI's matching order).
+  for (auto it = recvs_.begin(); it != recvs_.end(); ++it) {
+    P2POp& r = **it;
+    if ((r.peer == peer || r.peer == P2POp::kAnySource) && r.tag == h.tag) {
+      P2PHandle recv = std::move(*it);
+      recvs_.erase(it);
+      if (accept_locked(recv, peer, h.message, h.total_bytes, h.type, done)) in.recv = std::move(recv);
+      return;
+    }
+  }
+  auto u = std::make_shared<Unexpected>();
+  u->source = peer;
+  u->tag = h.tag;
+  u->type = h.type;
+  u->message = h.message;
+  u->arrival = arrivals_++;
+  u->data.resize(h.total_bytes);
+  unexpected_[size_t(peer)].push_back(u);
+  in.unexpected = std::move(u);
+}
+
+bool P2PEngine::match_unexpected_locked(const P2PHandle& op, Done& done) {
+  // The earliest arrival that takes it: per source, the first with its tag.
+  std::shared_ptr<Unexpected> best;
+  for (int p = 0; p < world_; ++p) {
+    if (op->peer != P2POp::kAnySource && op->peer != p) continue;
+    for (const auto& u : unexpected_[size_t(p)]) {
+      if (u->tag != op->tag) continue;
+      if (!best || u->arrival < best->arrival) best = u;
+      break;
+    }
+  }
+  if (!best) return false;
+  auto& queue = unexpected_[size_t(best->source)];
+  queue.erase(std::find(queue.begin(), queue.end(), best));
+  Incoming& in = incoming_[size_t(best->source)];
+  const bool arriving = in.active && in.unexpected == best;
+  if (arriving) in.unexpected.reset();  // refused, its rest goes nowhere; else into `op`
+  if (!accept_locked(op, best->source, best->message, best->data.size(), best->type, done)) return true;
+  if (best->got) std::memcpy(op->data, best->data.data(), best->got);
+  if (arriving) {
+    in.recv = op;
+  } else {
+    op->moved_ = op->bytes;
+    finish_locked(op, nullptr, done);
+  }
+  return true;
+}
+
+bool P2PEngine::accept_locked(const P2PHandle& recv, int source, uint64_t message, size_t total,
+                              uint32_t type, Done& done) {
+  recv->source = source;
+  if (total == recv->bytes && type == recv->type) return true;
+  std::ostringstream pair;
+  pair << "rank " << source << " sent " << total << " bytes of " << type_name_(type) << " with tag "
+       << recv->tag << ", rank " << rank_ << " receives " << recv->bytes << " bytes of "
+       << type_name_(recv->type) << " (a send and a receive that do not match)";
+  if (ch_.leave_notice(source, message, pair.str())) ch_.ring(source);
+  finish_locked(recv,
+                std::make_exception_ptr(CollectiveMismatch(rank_text(rank_) + ": " + describe(*recv) +
+                                                           ": " + pair.str())),
+                done);
+  return false;
+}
+
+void P2PEngine::take_notices_locked(int peer, Done& done) {
+  uint64_t message = 0;
+  std::string why;
+  if (!ch_.take_notice(peer, &message, &why)) return;
+  auto err = std::make_exception_ptr(
+      CollectiveMismatch(rank_text(rank_) + ": send to rank " + std::to_string(peer) + ": " + why));
+  for (const auto& op : sends_[size_t(peer)]) {
+    if (op->message_ == message) {
+      op->refused_ = err;  // it still streams out, so the channel stays in step
+      return;
+    }
+  }
+  deferred_ = err;
+}
+
+void P2PEngine::finish_locked(const P2PHandle& op, std::exception_ptr err, Done& done) {
+  op->error_ = std::move(err);
+  op->state_.store(P2POp::kFinished, std::memory_order_release);
+  --outstanding_;
+  if (op->helped_) --helped_;
+  done.push_back(op);
+}
+
+void P2PEngine::complete(Done& done) {
+  for (const auto& op : done) {
+    if (op->on_done) op->on_done(*op);
+  }
+  done.clear();
+}
+
+// ---------------------------------------------------------------- failures
+
+void P2PEngine::check_health_locked(Done& done) {
+  if (outstanding_ == 0) return;
+  const uint64_t now = monotonic_ns();
+  if (now < next_liveness_ns_) return;
+  next_liveness_ns_ = now + kHealthEveryNs;
+  if (session_.aborted()) return fail_all_locked("", done);
+  const int dead = session_.first_dead_peer();
+  if (dead >= 0) {
+    std::ostringstream os;
+    os << "rank " << rank_ << ": rank " << dead << " (pid " << session_.pid_of(dead)
+       << ") exited with point-to-point operations pending";
+    session_.abort(os.str());
+    return fail_all_locked("", done);
+  }
+  // The first operation past its deadline, and what its peer did of it.
+  auto late = [&](const P2PHandle& op) { return now >= op->deadline_ns_; };
+  for (const auto& q : sends_) {
+    for (const auto& op : q) {
+      if (!late(op)) continue;
+      std::ostringstream os;
+      os << "rank " << rank_ << ": " << describe(*op) << ": Timed out after " << session_.policy().timeout_s
+         << " s, rank " << op->peer << " took " << op->moved_ << " of its " << op->bytes
+         << " bytes (does it post the receive?)";
+      return fail_all_locked(session_.abort(os.str()), done, op.get());
+    }
+  }
+  auto recv_late = [&](const P2PHandle& op, size_t got) {
+    std::ostringstream os;
+    os << "rank " << rank_ << ": " << describe(*op) << ": Timed out after " << session_.policy().timeout_s << " s, ";
+    if (got) {
+      os << "rank " << op->source << " sent " << got << " of its bytes";
+    } else if (op->peer == P2POp::kAnySource) {
+      os << "no rank sent a message with this tag";
+    } else {
+      os << "rank " << op->peer << " sent no message with this tag";
+    }
+    fail_all_locked(session_.abort(os.str()), done, op.get());
+  };
+  for (const auto& in : incoming_) {
+    if (in.recv && late(in.recv)) return recv_late(in.recv, in.got);
+  }
+  for (const auto& op : recvs_) {
+    if (late(op)) return recv_late(op, 0);
+  }
+}
+
+std::vector<P2PHandle> P2PEngine::take_pending_locked() {
+  std::vector<P2PHandle> pending;
+  for (auto& q : sends_) {
+    pending.insert(pending.end(), q.begin(), q.end());
+    q.clear();
+  }
+  pending.insert(pending.end(), recvs_.begin(), recvs_.end());
+  recvs_.clear();
+  // A message part way in loses its receive: its rest goes nowhere.
+  for (auto& in : incoming_) {
+    if (in.recv) pending.push_back(std::move(in.recv));
+    in.recv.reset();
+  }
+  return pending;
+}
+
+void P2PEngine::fail_all_locked(const std::string& culprit_why, Done& done, const P2POp* culprit) {
+  for (const auto& op : take_pending_locked()) {
+    const std::string why = op.get() == culprit ? culprit_why : session_.aborted_message(describe(*op));
+    finish_locked(op, std::make_exception_ptr(CommTimeout(why)), done);
+  }
+}
+
+}  // namespace pycomm::core

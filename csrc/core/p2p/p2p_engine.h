@@ -1,0 +1,177 @@
+// Point-to-point over the channels (p2p_channels.h): send and receive of any
+// size, with tags, any-source receives, and one progress loop over every
+// operation posted, so that ranks that send to each other at once never
+// deadlock on bounded buffers.
+//
+//   post(op)   queues a send or a receive and makes what progress it can at
+//              once: a message that fits the free frames is sent before post
+//              returns; a receive whose message already arrived completes.
+//   wait(op)   drives the progress loop in the calling thread until `op` is
+//              complete, and rethrows its error.
+//
+// Progress is one pass over every peer: the queued sends stream their next
+// frames into the free ones (a message larger than the channel goes in pieces
+// as the receiver consumes them), and every arriving frame goes into the
+// receive it matches, or, when none is posted yet, into an unexpected
+// message held here until one is. A pass never waits, so every rank that is
+// in the engine keeps every channel of its own moving: two ranks that both
+// send first, rings of sends and messages far larger than a channel all
+// complete. Whoever waits drives the passes; when nobody does while an
+// operation that may stall is outstanding (an isend nobody waits for yet, a
+// receive of more than one frame), a helper thread drives them, sleeping on
+// the rank's doorbell between passes.
+//
+// Matching follows MPI's rules: an arriving message goes to the earliest
+// posted receive with its source (or any source) and tag, and a receive takes
+// the earliest unexpected message that fits, so messages between two ranks
+// with the same tag arrive in the order they were sent. A receive whose
+// message differs in size or type raises CollectiveMismatch; the sender learns
+// it through a notice and raises the same, from the send if it is still in
+// flight, else from its next point-to-point call. An operation not complete by
+// its deadline (posted + the timeout) raises CommTimeout naming its peer, and
+// aborts the session, as a collective's timeout does; so does a dead peer.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "p2p_channels.h"
+
+namespace pycomm::core {
+
+struct P2POp {
+  enum class Kind : uint8_t { kSend, kRecv };
+  static constexpr int kAnySource = -1;
+
+  Kind kind = Kind::kSend;
+  int peer = 0;          // send: the destination; recv: the source, or kAnySource
+  int64_t tag = 0;
+  char* data = nullptr;  // a send reads it, a receive writes it
+  size_t bytes = 0;
+  uint32_t type = 0;     // the element type (the glue's code): a send's and its receive's must match
+  // Called once the operation completed or failed, in whichever thread
+  // completed it, outside the engine's lock (it may post and wait).
+  std::function<void(const P2POp&)> on_done;
+
+  // The rank a receive's message came from (the peer, or whichever sent it
+  // for an any-source receive). Valid once done().
+  int source = -1;
+  bool done() const { return state_.load(std::memory_order_acquire) != kPending; }
+  // Null on success.
+  std::exception_ptr error() const { return done() ? error_ : nullptr; }
+
+ private:
+  friend class P2PEngine;
+  enum : int { kPending = 0, kFinished = 1 };
+  std::atomic<int> state_{kPending};
+  std::exception_ptr error_;
+  // The engine's bookkeeping, under its lock.
+  uint64_t message_ = 0;   // a send's message number on its channel
+  size_t moved_ = 0;       // bytes committed (send) or received (recv)
+  uint64_t deadline_ns_ = 0;
+  std::exception_ptr refused_;  // a send the receiver refused: its error once it has streamed out
+  bool helped_ = false;  // counted in the engine's helped_
+};
+
+using P2PHandle = std::shared_ptr<P2POp>;
+
+class P2PEngine {
+ public:
+  // Names the glue's element type codes in error messages.
+  using TypeName = std::function<std::string(uint32_t)>;
+
+  P2PEngine(P2PChannels& channels, TypeName type_name);
+  ~P2PEngine();  // close()
+  P2PEngine(const P2PEngine&) = delete;
+  P2PEngine& operator=(const P2PEngine&) = delete;
+
+  // Throws InvalidArgument for a peer out of range or this rank itself, and
+  // the session's error once it was aborted.
+  void post(const P2PHandle& op);
+  void wait(const P2PHandle& op);
+  // Stops the helper; what is still pending fails (the communicator closes).
+  void close();
+
+ private:
+  // A message that arrived before its receive was posted: its bytes wait here.
+  struct Unexpected {
+    int source;
+    int64_t tag;
+    uint32_t type;
+    uint64_t message;
+    uint64_t arrival;  // across sources, for any-source receives
+    std::vector<char> data;
+    size_t got = 0;
+  };
+  // The message now arriving from a peer, part way: it goes into `recv`, or
+  // into `unexpected`, or (neither: it was refused) nowhere.
+  struct Incoming {
+    bool active = false;
+    uint64_t message = 0;
+    size_t total = 0;
+    size_t got = 0;
+    P2PHandle recv;
+    std::shared_ptr<Unexpected> unexpected;
+  };
+  using Done = std::vector<P2PHandle>;
+
+  // One pass over every peer; true if anything moved. All *_locked under mu_.
+  bool pass_locked(Done& done);
+  bool push_sends_locked(int peer, Done& done);
+  bool pull_frames_locked(int peer, Done& done);
+  void take_notices_locked(int peer, Done& done);
+  // Starts a new message from `peer` (its first frame's header).
+  void begin_message_locked(int peer, const FrameHeader& h, Done& done);
+  // Matches a just-posted receive against what already arrived.
+  bool match_unexpected_locked(const P2PHandle& op, Done& done);
+  // Whether `recv` may take a message of `h`'s size and type; if not, fails it
+  // and tells the sender.
+  bool accept_locked(const P2PHandle& recv, int source, uint64_t message, size_t total,
+                     uint32_t type, Done& done);
+  void finish_locked(const P2PHandle& op, std::exception_ptr err, Done& done);
+  // Deadlines, a dead peer, the session's abort: fails what must fail.
+  void check_health_locked(Done& done);
+  // Fails every pending operation: `culprit` with `culprit_why`, the others
+  // with the session's abort (the caller aborted it).
+  void fail_all_locked(const std::string& culprit_why, Done& done, const P2POp* culprit = nullptr);
+  // Removes every pending operation from the queues, and returns them.
+  std::vector<P2PHandle> take_pending_locked();
+  static void complete(Done& done);  // runs on_done, outside mu_
+
+  std::string describe(const P2POp& op) const;
+  void helper_loop();
+
+  P2PChannels& ch_;
+  Session& session_;
+  TypeName type_name_;
+  const int rank_;
+  const int world_;
+
+  std::mutex mu_;
+  std::condition_variable helper_cv_;
+  std::vector<std::deque<P2PHandle>> sends_;  // per peer, in post order; the front streams
+  std::list<P2PHandle> recvs_;                // posted, unmatched, in post order
+  std::vector<Incoming> incoming_;            // per peer
+  std::vector<std::deque<std::shared_ptr<Unexpected>>> unexpected_;  // per source, arrival order
+  std::vector<uint64_t> next_message_;        // per peer: the number of the next send
+  uint64_t arrivals_ = 0;
+  size_t outstanding_ = 0;  // posted, not yet complete
+  size_t helped_ = 0;       // of those, the ones the helper drives when nobody waits (see post)
+  int waiters_ = 0;         // threads in wait(): the helper stays off while any drives
+  uint64_t next_liveness_ns_ = 0;
+  std::exception_ptr deferred_;  // a refused send that had already completed: the next call raises it
+  bool closing_ = false;
+  std::thread helper_;
+};
+
+}  // namespace pycomm::core

@@ -1,0 +1,305 @@
+"""Point-to-point on the "pycomm" backend: send, recv, isend, irecv,
+batch_isend_irecv and recv from any source, native on one host (the channels
+and their progress loop, csrc/core/p2p/), against inputs every rank rebuilds
+from a seed (bitwise); the exchange patterns that deadlock a send that waits
+for its receive; and the faults: mismatched pairs, a receive with no send, a
+dead peer, with nothing left in /dev/shm.
+
+The channels are 4 frames of 256 KiB: the largest messages here stream
+through them in pieces, and the "both send first" cases send messages four
+times larger than a channel from both sides before either receives.
+"""
+import datetime
+import os
+import signal
+import threading
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from conftest import segments_of
+from dtypes_under_test import DTYPES
+from process_world import TEST_BACKEND, ProcessWorld, validating_on_gloo
+from test_backend_collectives import Checks, check, data_input
+
+WORLD_SIZES = [2, 3, 4]
+# Bytes move as they are: every dtype goes, not only those pycomm reduces.
+P2P_DTYPES = dict(DTYPES, bool=torch.bool, complex64=torch.complex64)
+COUNTS = [0, 1, 7, 1023, 65537, (1 << 20) + 3]
+BIG = 1 << 20  # float32 elements: 4 MiB, four channels' worth
+
+
+def payload(key, rank, count, dtype):
+    if dtype == torch.bool:
+        return data_input(key, rank, (count,), torch.uint8) % 2 == 1
+    if dtype.is_complex:
+        return torch.complex(data_input(key, rank, (count,), torch.float32),
+                             data_input((key, "im"), rank, (count,), torch.float32))
+    return data_input(key, rank, (count,), dtype)
+
+
+def counts_for(name):
+    # The largest size once per kind of element (1, 2, 4 and 8 bytes, and complex).
+    return COUNTS if name in ("uint8", "bfloat16", "float32", "float64", "complex64") else COUNTS[:-1]
+
+
+# ---------------------------------------------------------------------------
+# In the ranks.
+
+def grid_case():
+    rank, world = dist.get_rank(), dist.get_world_size()
+    nxt, prv = (rank + 1) % world, (rank - 1) % world
+    c = Checks()
+    for name, dtype in P2P_DTYPES.items():
+        for count in counts_for(name):
+            # Blocking send/recv between every ordered pair, one pair at a time.
+            for src in range(world):
+                for dst in range(world):
+                    if src == dst or rank not in (src, dst):
+                        continue
+                    key = ("pair", name, count, src, dst)
+                    if rank == src:
+                        dist.send(payload(key, src, count, dtype), dst=dst, tag=count % 1000)
+                    else:
+                        t = torch.zeros(count, dtype=dtype)
+                        dist.recv(t, src=src, tag=count % 1000)
+                        c.equal(f"send/recv {src}->{dst} {name} n={count}", t,
+                                payload(key, src, count, dtype), bitwise=True)
+            # 1F1B's steady state: a ring of isend/irecv, then the same with
+            # batch_isend_irecv, both directions at once.
+            key = ("ring", name, count)
+            t = torch.zeros(count, dtype=dtype)
+            reqs = [dist.isend(payload(key, rank, count, dtype), dst=nxt), dist.irecv(t, src=prv)]
+            for req in reqs:
+                req.wait()
+            c.equal(f"isend/irecv ring {name} n={count}", t, payload(key, prv, count, dtype),
+                    bitwise=True)
+            fwd, bwd = torch.zeros(count, dtype=dtype), torch.zeros(count, dtype=dtype)
+            ops = [dist.P2POp(dist.isend, payload(key + ("f",), rank, count, dtype), nxt),
+                   dist.P2POp(dist.isend, payload(key + ("b",), rank, count, dtype), prv),
+                   dist.P2POp(dist.irecv, fwd, prv), dist.P2POp(dist.irecv, bwd, nxt)]
+            for req in dist.batch_isend_irecv(ops):
+                req.wait()
+            c.equal(f"batch_isend_irecv forward {name} n={count}", fwd,
+                    payload(key + ("f",), prv, count, dtype), bitwise=True)
+            c.equal(f"batch_isend_irecv backward {name} n={count}", bwd,
+                    payload(key + ("b",), nxt, count, dtype), bitwise=True)
+    return c.out()
+
+
+def patterns_case():
+    """The patterns that break a send that waits for its receive."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    c = Checks()
+    if rank < 2:
+        peer = 1 - rank
+        # Both ranks send first, blocking, four channels' worth each way.
+        mine = payload("first", rank, BIG, torch.float32)
+        dist.send(mine, dst=peer)
+        got = torch.zeros(BIG)
+        dist.recv(got, src=peer)
+        c.equal("both send first, 4 MiB", got, payload("first", peer, BIG, torch.float32), bitwise=True)
+
+        # Many small messages in flight, two tags interleaved: each tag keeps its order.
+        n = 500
+        if rank == 0:
+            reqs = [dist.isend(torch.tensor([i, i % 2]), dst=1, tag=i % 2) for i in range(n)]
+            for r in reqs:
+                r.wait()
+        else:
+            outs = [torch.zeros(2, dtype=torch.int64) for _ in range(n)]
+            reqs = [dist.irecv(outs[i], src=0, tag=i % 2) for i in range(n)]
+            for r in reqs:
+                r.wait()
+            c.true("500 small messages keep their order",
+                   all(outs[i].tolist() == [i, i % 2] for i in range(n)),
+                   str([o.tolist() for o in outs[:6]]))
+
+        # A receive posted long before its send.
+        if rank == 1:
+            t = torch.zeros(3000)
+            req = dist.irecv(t, src=0, tag=9)
+            req.wait()
+            c.equal("receive posted 0.3 s before its send", t, payload("late", 0, 3000, torch.float32))
+        else:
+            time.sleep(0.3)
+            dist.send(payload("late", 0, 3000, torch.float32), dst=1, tag=9)
+
+        # Taken in another tag order than sent, each larger than a channel.
+        if rank == 0:
+            reqs = [dist.isend(payload(("tag", t), 0, BIG // 2, torch.float32), dst=1, tag=t)
+                    for t in (1, 2)]
+            for r in reqs:
+                r.wait()
+        else:
+            two, one = torch.zeros(BIG // 2), torch.zeros(BIG // 2)
+            dist.recv(two, src=0, tag=2)
+            dist.recv(one, src=0, tag=1)
+            c.equal("tag 2 before tag 1", two, payload(("tag", 2), 0, BIG // 2, torch.float32))
+            c.equal("tag 1 after tag 2", one, payload(("tag", 1), 0, BIG // 2, torch.float32))
+
+    # Receives from any source: dist.recv(src=None) says who sent it.
+    if rank == 0:
+        sources = []
+        for _ in range(world - 1):
+            t = torch.zeros(100)
+            src = dist.recv(t)
+            sources.append(src)
+            c.equal(f"any-source recv from {src}", t, payload("any", src, 100, torch.float32))
+        c.true("any-source: every sender once", sorted(sources) == list(range(1, world)), str(sources))
+    else:
+        dist.send(payload("any", rank, 100, torch.float32), dst=0)
+
+    # Wrong calls, straight to the backend (torch's own checks stand in front of it).
+    backend = dist.group.WORLD._get_backend(torch.device("cpu"))
+    errors = []
+    for call in (lambda: backend.send([torch.zeros(4, 4).t()], (rank + 1) % world, 0),
+                 lambda: backend.send([torch.zeros(4)], world, 0),
+                 lambda: backend.recv([torch.zeros(4)], rank, 0)):
+        try:
+            call()
+            errors.append(None)
+        except ValueError as e:
+            errors.append(str(e))
+    c.true("non-contiguous tensor: ValueError naming it",
+           errors[0] is not None and "send: tensor must be contiguous" in errors[0], str(errors[0]))
+    c.true("dst out of range: ValueError naming it",
+           errors[1] is not None and f"dst: rank {world} is not a peer" in errors[1], str(errors[1]))
+    c.true("src of this rank itself: ValueError naming it",
+           errors[2] is not None and f"src: rank {rank} is not a peer" in errors[2], str(errors[2]))
+    dist.barrier()
+    return c.out()
+
+
+@pytest.mark.parametrize("world_size", WORLD_SIZES)
+def test_send_recv_every_dtype_and_size(backend_worlds, world_size):
+    check(backend_worlds(world_size).run(grid_case, timeout=400), f"p2p grid w={world_size}")
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_exchange_patterns_that_deadlock_naive_designs(backend_worlds, world_size):
+    check(backend_worlds(world_size).run(patterns_case), f"p2p patterns w={world_size}")
+
+
+# ---------------------------------------------------------------------------
+# Faults: each in a fresh group of its own (a timeout aborts its group).
+
+FAULT_TIMEOUT = 2.0
+SLACK = 3.0  # seconds: a loaded 2-core host wakes a waiting rank late
+
+fault_only = pytest.mark.skipif(validating_on_gloo(), reason="gloo has no typed errors and no mismatch check")
+
+
+def outcome(fn):
+    import pycomm
+
+    start = time.monotonic()
+    try:
+        fn()
+    except pycomm.CollectiveMismatch as e:
+        return "CollectiveMismatch", str(e), time.monotonic() - start
+    except pycomm.CommTimeout as e:
+        return "CommTimeout", str(e), time.monotonic() - start
+    except Exception as e:  # noqa: BLE001 - reported to the test
+        return type(e).__name__, str(e), time.monotonic() - start
+    return None, "", time.monotonic() - start
+
+
+def mismatch_case(kind):
+    """Rank 0 sends 4 float32, rank 1 receives `kind`; then rank 1 replies.
+    Rank 0's send completed before the refusal came back: one of its next
+    calls raises it, and posted again, goes through."""
+    group = dist.new_group(backend="pycomm")
+    rank = dist.get_rank()
+    if rank == 0:
+        dist.send(torch.arange(4.0), dst=1, group=group)
+        raised, reply = [], torch.zeros(3)
+        for call in (lambda: dist.recv(reply, src=1, group=group),
+                     lambda: dist.send(torch.zeros(1), dst=1, group=group)):
+            result = outcome(call)
+            if result[0] is not None:
+                raised.append(result)
+                call()
+        return raised, reply.tolist()
+    if rank == 1:
+        t = torch.zeros(8) if kind == "size" else torch.zeros(4, dtype=torch.int32)
+        result = outcome(lambda: dist.recv(t, src=0, group=group))
+        dist.send(torch.tensor([1.0, 2.0, 3.0]), dst=0, group=group)
+        dist.recv(torch.zeros(1), src=0, group=group)
+        return [result], None
+    return [], None
+
+
+@fault_only
+@pytest.mark.parametrize("kind", ["size", "dtype"])
+def test_mismatched_pair_raises_on_both_ranks(backend_worlds, kind):
+    results = backend_worlds(3).run(mismatch_case, kind)
+    (sent_raised, reply), (recv_raised, _), _ = results
+    want = ("rank 0 sent 16 bytes of Float with tag 0, rank 1 receives "
+            + ("32 bytes of Float" if kind == "size" else "16 bytes of Int"))
+    for who, raised in (("receiver", recv_raised), ("sender", sent_raised)):
+        assert len(raised) == 1 and raised[0][0] == "CollectiveMismatch", f"{who}: {raised}"
+        assert want in raised[0][1], f"{who}: {raised[0][1]}"
+    assert "rank 1: recv from rank 0" in recv_raised[0][1]
+    assert "rank 0: send to rank 1" in sent_raised[0][1]
+    assert reply == [1.0, 2.0, 3.0]  # the channel stayed in step
+
+
+def timeout_case():
+    group = dist.new_group(backend="pycomm", timeout=datetime.timedelta(seconds=FAULT_TIMEOUT))
+    rank = dist.get_rank()
+    dist.barrier(group=group)
+    if rank == 0:
+        return outcome(lambda: dist.recv(torch.zeros(4), src=1, tag=6, group=group))
+    if rank == 1:
+        # Never sends; learns of the abort at its next call.
+        time.sleep(FAULT_TIMEOUT + 0.5)
+        return outcome(lambda: dist.send(torch.zeros(4), dst=0, group=group))
+    return None
+
+
+@fault_only
+def test_receive_without_a_send_times_out_naming_the_peer(backend_worlds):
+    results = backend_worlds(3).run(timeout_case)
+    kind, msg, seconds = results[0]
+    assert kind == "CommTimeout", (kind, msg)
+    assert "recv from rank 1 (tag 6, 16 bytes): Timed out after 2 s, rank 1 sent no message" in msg, msg
+    assert FAULT_TIMEOUT * 0.9 <= seconds < FAULT_TIMEOUT + SLACK, seconds
+    kind, msg, _ = results[1]
+    assert kind == "CommTimeout" and "aborted by rank 0" in msg, (kind, msg)
+    print(f"[fault] p2p recv with no send: CommTimeout after {seconds:.2f} s: {msg}")
+
+
+def dead_peer_case(stamp_path):
+    rank = dist.get_rank()
+    dist.barrier()
+    if rank == 1:
+        def die():
+            time.sleep(0.5)
+            with open(stamp_path, "w") as f:
+                f.write(repr(time.monotonic()))
+            os.kill(os.getpid(), signal.SIGKILL)
+        threading.Thread(target=die, daemon=True).start()
+        time.sleep(60)
+    if rank == 0:
+        # Waits for a message the dead rank never sends (the timeout is 60 s).
+        result = outcome(lambda: dist.recv(torch.zeros(BIG), src=1))
+        return result + (time.monotonic(),)
+    return None
+
+
+@fault_only
+def test_dead_peer_is_named_within_two_seconds(tmp_path):
+    stamp = tmp_path / "death"
+    world = ProcessWorld(2, comm_timeout=60.0, backend=TEST_BACKEND)
+    pids = world.pids
+    try:
+        results = world.run(dead_peer_case, str(stamp), may_die=(1,), timeout=120)
+    finally:
+        world.kill()
+    kind, msg, _, seen = results[0]
+    assert kind == "CommTimeout" and "rank 1" in msg and "exited" in msg, (kind, msg)
+    assert seen - float(stamp.read_text()) < 2.0 + SLACK
+    assert not segments_of(pids), f"left in /dev/shm: {segments_of(pids)}"
