@@ -195,12 +195,13 @@ def measure(args, world, hidden, group) -> dict:
         row[schema.column(key, "us")] = None if t is None else t * 1e6
         row[schema.column(key, "spread")] = spread
         row[schema.column(key, "rounds_us")] = [x * 1e6 for x in rounds or []]
-    pyc, gloo = row["pycomm_backend_us"], row["gloo_us"]
-    row[schema.CEILING_US] = row["no_comm_us"]
+    pyc, gloo, ceiling, one = (row[schema.column(key, "us")] for key in
+                               (schema.PYCOMM_BACKEND, schema.GLOO, "no_comm", "one_process"))
+    row[schema.CEILING_US] = ceiling
     row[schema.PYCOMM_PEER] = schema.PYCOMM_BACKEND if pyc else None
-    row[schema.FRAC_OF_CEILING] = row["no_comm_us"] / pyc if pyc else None
+    row[schema.FRAC_OF_CEILING] = ceiling / pyc if pyc else None
     row[schema.GLOO_OVER_PYCOMM] = gloo / pyc if pyc else None
-    row[schema.SPEEDUP] = row["one_process_us"] / pyc if pyc else None
+    row[schema.SPEEDUP] = one / pyc if pyc else None
     row[schema.WRONG] = (differing_elements(world, runs[schema.PYCOMM_BACKEND].params,
                                             runs[schema.GLOO].params) if pyc else None)
     return row

@@ -136,19 +136,27 @@ def worst_use_of_tol(a, b):
     return ((a - b).abs() / (TOL["atol"] + TOL["rtol"] * b.abs())).max().item()
 
 
+def paired(what, ours, theirs):
+    """[(what i, a, b)] of two lists of tensors, which must match in length and shapes: zip
+    alone would let a missing gradient or a reshaped weight pass unchecked."""
+    assert len(ours) == len(theirs), f"{what}: {len(ours)} tensors against {len(theirs)}"
+    for i, (a, b) in enumerate(zip(ours, theirs)):
+        assert a.shape == b.shape, f"{what} {i}: shape {tuple(a.shape)} against {tuple(b.shape)}"
+    return [(f"{what} {i}", a, b) for i, (a, b) in enumerate(zip(ours, theirs))]
+
+
 def compare_to_reference(record, ref, rank):
     """[(what, worst use of the tolerance)] of one rank's record against the reference."""
-    out = []
+    pairs = []
     for step in range(STEPS):
-        for i, (g, r) in enumerate(zip(tensors(record["grads"][step]), ref["grads"][step][rank])):
-            out.append((f"step {step} gradient {i}", worst_use_of_tol(g, r)))
+        pairs += paired(f"step {step} gradient", tensors(record["grads"][step]),
+                        ref["grads"][step][rank])
         if rank == WORLD - 1:
-            out.append((f"step {step} losses", worst_use_of_tol(
-                torch.tensor(record["losses"][step], dtype=DTYPE),
-                torch.tensor(ref["losses"][step], dtype=DTYPE))))
-    for i, (p, r) in enumerate(zip(tensors(record["params"]), ref["params"][rank])):
-        out.append((f"weights {i} after {STEPS} steps", worst_use_of_tol(p, r)))
-    return out
+            pairs += paired(f"step {step} losses", [torch.tensor(record["losses"][step],
+                                                                  dtype=DTYPE)],
+                            [torch.tensor(ref["losses"][step], dtype=DTYPE)])
+    pairs += paired(f"weights after {STEPS} steps", tensors(record["params"]), ref["params"][rank])
+    return [(what, worst_use_of_tol(a, b)) for what, a, b in pairs]
 
 
 @pytest.mark.parametrize("schedule_name", pm.SCHEDULES)
@@ -176,14 +184,16 @@ def differing(a, b) -> int:
 def test_pipeline_equals_gloo_bitwise(trained, schedule_name):
     for rank, rec in enumerate(trained(schedule_name)):
         ours, ref = rec["pycomm"], rec["gloo"]
-        pairs = [(f"step {step} losses", torch.tensor(ours["losses"][step], dtype=DTYPE),
-                  torch.tensor(ref["losses"][step], dtype=DTYPE)) for step in range(STEPS)]
-        pairs += [(f"step {step} gradient {i}", a, b) for step in range(STEPS)
-                  for i, (a, b) in enumerate(zip(tensors(ours["grads"][step]),
-                                                 tensors(ref["grads"][step])))]
-        pairs += [(f"weights {i} after {STEPS} steps", a, b)
-                  for i, (a, b) in enumerate(zip(tensors(ours["params"]), tensors(ref["params"])))]
+        pairs = []
+        for step in range(STEPS):
+            pairs += paired(f"step {step} losses",
+                            [torch.tensor(ours["losses"][step], dtype=DTYPE)],
+                            [torch.tensor(ref["losses"][step], dtype=DTYPE)])
+            pairs += paired(f"step {step} gradient", tensors(ours["grads"][step]),
+                            tensors(ref["grads"][step]))
+        pairs += paired(f"weights after {STEPS} steps", tensors(ours["params"]),
+                        tensors(ref["params"]))
         for what, a, b in pairs:
-            n = differing(a, b) if a.shape == b.shape else a.numel()
+            n = differing(a, b)
             assert n == 0, f"{schedule_name}: stage {rank}: {what}: {n} of {a.numel()} " \
                            f"elements differ from gloo's bitwise"

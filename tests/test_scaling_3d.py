@@ -118,8 +118,9 @@ def test_one_rank_a_dimension_moves_nothing_there():
     assert p.dp.seconds == pytest.approx(
         scaling.ring_allreduce_time(grads, 8, DP_LINK.alpha_s, DP_LINK.bandwidth_Bps))
     assert p.tp.seconds == p.pp.seconds == 0
-    # two stages: each sends one way only
+    # two stages: each sends one way only, a message a microbatch
     p = predict_3d(Layout3D(1, 1, 2, 3), SHAPE, LINKS, 1e-3)
+    assert p.pp.messages == 3
     assert p.pp.sent_bytes_per_rank == 3 * 2_097_152
 
 
@@ -238,6 +239,7 @@ def test_predict_3d_compute_from_tflops(capsys):
 
 @pytest.mark.parametrize("extra,message", [
     (["--overlap", "0.5"], "--overlap"),
+    (["--hierarchy"], "--hierarchy"),
     (["--gpus", "16"], "dp x tp x pp = 32"),
     (["--tflops", "100"], "not both"),
     (["--tp-link", "carrier-pigeon"], "interconnect"),

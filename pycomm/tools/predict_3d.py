@@ -50,7 +50,7 @@ _OPTIONS = (
 # predict's data-parallel options that mean nothing to the 3D model: refused, not ignored.
 _NOT_3D = ("preset", "calibrate", "hier_calibrate", "step_compute_s", "grad_mb", "batch",
            "epoch_images", "bucket_mb", "overlap", "overhead_s", "backward_fraction",
-           "baseline_gpus", "baseline_step_s")
+           "baseline_gpus", "baseline_step_s", "hierarchy")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -91,8 +91,6 @@ def _links(a, layout: three_d.Layout3D) -> three_d.Links3D:
 def prediction(a: argparse.Namespace) -> tuple:
     """(Prediction3D, how its compute time was had) for predict's parsed options."""
     refused = [dest for dest in _NOT_3D if getattr(a, dest, None) not in (None, False)]
-    if a.hierarchy:
-        refused.append("hierarchy")
     if refused:
         raise ValueError("--3d: these options are for the data-parallel model: "
                          + ", ".join("--" + d.replace("_", "-") for d in refused))

@@ -201,9 +201,10 @@ class Links3D:
 class DimTraffic:
     """What one dimension moves per step, and how long it takes.
 
-    message_bytes: one collective's or message's payload. messages: how many a rank takes
-    part in per step. sent_bytes_per_rank: what the busiest rank sends per step (a ring
-    all-reduce sends 2(n-1)/n of its payload). seconds: its time per step, all exposed.
+    message_bytes: one collective's or message's payload. messages: the collectives a rank
+    takes part in per step (dp, tp), or the messages the busiest stage sends (pp).
+    sent_bytes_per_rank: what the busiest rank sends per step (a ring all-reduce sends
+    2(n-1)/n of its payload). seconds: its time per step, all exposed.
     """
     dim: str
     ranks: int
@@ -274,7 +275,7 @@ def predict_3d(layout: Layout3D, shape: TransformerShape, links: Links3D,
     sends = 0 if p == 1 else (1 if p == 2 else 2)
     pp_mb = 2 * p2p_time(act, links.pp) if p > 1 else 0.0
     pp = DimTraffic("pp", p, links.pp, "send/recv of activations and their gradients", act,
-                    2 * m if p > 1 else 0, m * sends * act, m * pp_mb)
+                    m * sends, m * sends * act, m * pp_mb)
 
     slot = compute_per_microbatch_s + tp_mb + pp_mb
     pipeline = (m + p - 1) * slot
