@@ -20,9 +20,14 @@ Patterns (--pattern, default all; bench/harness/p2p.py describes each once). Ran
 
 Peers, measured side by side in one run, in turns:
   pycomm   a dist.new_group(backend="pycomm") group through dist.* (absent, with a line
-           saying why, when `import pycomm` has not registered the backend). Until the
-           backend serves point-to-point itself, it forwards these calls to its internal
-           gloo backend: this bench is the baseline of that change
+           saying why, when `import pycomm` has not registered the backend): its native
+           point-to-point (csrc/core/p2p/), every message copied in by its sender and
+           out by its receiver through the shared-memory channels, in frames, so that
+           the two copies of a large message overlap
+  pyc-c10d the same group's backend object called directly (Backend.send/recv(...).wait()),
+           latency only: pycomm without torch's Python wrapper and ProcessGroup dispatch.
+           pycomm - pyc-c10d at the smallest size is torch's own per-call cost, which the
+           latency summary prints beside pycomm / (mpi + that cost)
   gloo     the default group, which the bench starts with gloo
   mpi      Open MPI through mpi4py on numpy buffers (bench/mpi_p2p.py: Send/Recv ping-pong;
            Isend window, Irecv window, Waitall, Send ack; Irecv + Isend, Waitall), when
@@ -53,7 +58,8 @@ Ratios: `gloo/pyc` = gloo time / pycomm time; `pyc/mpi` = pycomm time / MPI time
 collective = p2p_latency, p2p_bw or p2p_bibw, size, count, dtype, window, busbw_factor (2 for
 bibw), ceiling_us, frac_of_ceiling, gloo_over_pycomm, pycomm_over_mpi, wrong (pycomm's), and
 per peer <peer>_us, _algbw (size / time), _busbw (x busbw_factor: what the table prints),
-_spread, _rounds_us, _wrong, with the peers named pycomm_backend, gloo, mpi.
+_spread, _rounds_us, _wrong, with the peers named pycomm_backend, pycomm_c10d (latency rows),
+gloo, mpi.
 """
 from __future__ import annotations
 
@@ -63,7 +69,7 @@ import statistics
 import sys
 
 from harness.launch import launch  # (harness puts pycomm on sys.path)
-from harness.p2p import NAMES, PATTERNS, buffers, layout, through_dist
+from harness.p2p import NAMES, PATTERNS, buffers, layout, through_backend, through_dist
 from harness.p2p_sweep import P2PSweep
 from harness.peers import mpi
 from harness.peers import pycomm as pycomm_peers
@@ -89,6 +95,11 @@ def set_up_peers(world):
                 f"(native point-to-point: the shared-memory channels, csrc/core/p2p/)")
         peers.append(through_dist(Peer("pycomm", schema.PYCOMM_BACKEND, note), dist, group,
                                   world.rank))
+        note = ("pyc-c10d = the same group's backend called directly, send/recv(...).wait() "
+                "(latency only): pycomm without torch's Python wrapper and dispatch; "
+                "pycomm - pyc-c10d = torch's own per-call cost")
+        peers.append(through_backend(Peer("pyc-c10d", schema.PYCOMM_C10D, note), world.torch,
+                                     group, world.rank))
     peers.append(through_dist(Peer(world.backend, schema.GLOO,
                                    f"{world.backend} = the default group"), dist, None,
                               world.rank))
@@ -99,7 +110,7 @@ def warm_up(world, measure, peers, patterns):
     """A few calls of every pattern on every peer (page faults, lazy connections) so that
     the first row is not charged for them; a peer that fails drops the pattern."""
     for p in peers:
-        for name in patterns:
+        for name in (n for n in patterns if p.offers(n)):
             b = buffers(PATTERNS[name], measure.zeros, 256, world.rank, 4, distinct=False)
             _, err = world.on_every_rank(lambda: [p.calls[name](b) for _ in range(20)])
             if err:
@@ -121,8 +132,9 @@ def make_row(args, world, pattern, lay, times, t_ceiling, wrong, peers, primary,
                count=lay["count"], dtype=args.dtype, op="none", world_size=world.size,
                window=lay["window"], busbw_factor=factor, ceiling_bytes=nbytes * factor)
     for p in peers:
-        row.update(peer_columns(p.key, times.get(p.key) or [], nbytes, factor,
-                                wrong.get(p.key), p.failed.get(pattern.name)))
+        if pattern.name in p.calls:
+            row.update(peer_columns(p.key, times.get(p.key) or [], nbytes, factor,
+                                    wrong.get(p.key), p.failed.get(pattern.name)))
     if mpi_rows:
         m = mpi_rows.get((pattern.collective, nbytes)) or {}
         row.update(peer_columns(schema.MPI, [x * 1e-6 for x in m.get("rounds_us") or []],
@@ -135,7 +147,7 @@ def make_row(args, world, pattern, lay, times, t_ceiling, wrong, peers, primary,
     g, mu = row.get("gloo_us"), row.get("mpi_us")
     row["gloo_over_pycomm"] = g / prim if g and prim else None
     row["pycomm_over_mpi"] = prim / mu if prim and mu else None
-    row["wrong"] = row.get(schema.column(schema.PYCOMM_BACKEND, "wrong")) or 0
+    row["wrong"] = sum(row.get(schema.column(k, "wrong")) or 0 for k in schema.PYCOMM_PEERS)
     return row
 
 
@@ -150,11 +162,23 @@ def pattern_summary(pattern, rows, primary):
             f"{pattern.name}: gloo/pyc {span('gloo_over_pycomm')}, pyc/mpi "
             f"{span('pycomm_over_mpi')}, of_ceil at {human(last.get('size', 0))} "
             + ("-" if of_ceil is None else f"{of_ceil:.3g}"))
+    first = rows[0] if rows else {}
+    direct = first.get(schema.column(schema.PYCOMM_C10D, "us"))
+    prim = first.get(schema.column(primary.key, "us")) if primary else None
+    if pattern.name == "latency" and direct and prim:
+        # The issue's latency target: pycomm within 1.5x of Open MPI plus torch's own cost.
+        torch_us = prim - direct
+        line += (f"; at {human(first['size'])}: torch's per-call cost {torch_us:.2f} us "
+                 f"(pycomm {prim:.2f} - pyc-c10d {direct:.2f})")
+        if first.get("mpi_us"):
+            line += (f", pycomm / (mpi + torch's) = "
+                     f"{prim / (first['mpi_us'] + torch_us):.2f}")
     return dict(collective=pattern.collective, pycomm_peer=primary.key if primary else None,
                 line=line)
 
 
 def table_of(pattern, peers, has_mpi):
+    peers = [p for p in peers if pattern.name in p.calls]
     cols = [Column("size", 11, "size", "d"), Column("count", 10, "count", "d"),
             Column("type", 8, "dtype")]
     if pattern.windowed:

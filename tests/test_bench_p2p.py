@@ -83,6 +83,25 @@ def test_pycomm_column(run):
     assert "pycomm #wrong total: 0" in stdout
 
 
+def test_c10d_column_splits_torch_from_pycomm(run):
+    """pyc-c10d (the backend called directly) times and checks the latency pattern only, and
+    the latency summary gives torch's share as the difference of the two columns."""
+    path, stdout = run
+    data = json.loads(path.read_text())
+    us = schema.column(schema.PYCOMM_C10D, "us")
+    for r in data["rows"]:
+        if r["collective"] == PATTERNS["latency"].collective:
+            assert r[us] > 0 and r[schema.column(schema.PYCOMM_C10D, "wrong")] == 0, r
+        else:
+            assert us not in r, r
+    first = next(r for r in data["rows"] if r["collective"] == PATTERNS["latency"].collective)
+    line = next(s["line"] for s in data["summary"] if s["collective"] == first["collective"])
+    share = first[schema.column(schema.PYCOMM_BACKEND, "us")] - first[us]
+    assert f"torch's per-call cost {share:.2f} us" in line, line
+    assert ("pycomm / (mpi + torch's) = " in line) == HAS_MPI, line
+    assert "pyc-c10d us" in stdout
+
+
 def test_mpi_column(run):
     path, stdout = run
     rows = json.loads(path.read_text())["rows"]

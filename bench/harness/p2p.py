@@ -198,6 +198,27 @@ def count_wrong(xp, b: Buffers, rank: int) -> int:
     return wrong
 
 
+def through_backend(peer, torch, group, rank: int):
+    """Gives `peer` the latency pattern through the group's CPU backend object itself
+    (Backend.send/recv().wait()): the same transport as through_dist, without torch's
+    Python wrapper and ProcessGroup dispatch, so that the two columns' difference is
+    torch's own per-call cost."""
+    backend = group._get_backend(torch.device("cpu"))
+    peer_rank, sender = pair(rank)
+
+    def call(b):
+        first, second = ((backend.send, b.send), (backend.recv, b.recv))
+        if not sender:
+            first, second = second, first
+        first[0]([first[1][0]], peer_rank, 0).wait()
+        second[0]([second[1][0]], peer_rank, 0).wait()
+
+    peer.calls = {"latency": call}
+    peer.exact = {"latency": True}
+    peer.group = group
+    return peer
+
+
 def through_dist(peer, dist, group, rank: int):
     """Gives `peer` (a peers.peer.Peer) every pattern through torch.distributed on `group`."""
     peer.calls = {name: p.torch_call(dist, group, rank) for name, p in PATTERNS.items()}

@@ -50,7 +50,7 @@ class P2PSweep(Sweep):
         t_ceiling = []
         for _ in range(self.rounds):
             for p in active:
-                if pattern.name in p.failed:
+                if not p.offers(pattern.name):
                     continue
                 call = p.calls[pattern.name]
                 t, err = w.on_every_rank(lambda: self.seconds_per_call(lambda: call(bufs)))
@@ -63,7 +63,7 @@ class P2PSweep(Sweep):
                                              lambda s: w.max_over_ranks([s])[0]))
         wrong = {}
         for p in active:
-            if pattern.name in p.failed:
+            if not p.offers(pattern.name):
                 continue
             mine, err = w.on_every_rank(lambda: self.check(pattern, p.calls[pattern.name], lay))
             if err:

@@ -91,16 +91,17 @@ PYCOMM_BACKEND = "pycomm_backend"     # pycomm as a torch.distributed backend gr
 PYCOMM_DIRECT = "pycomm_direct"       # pycomm.all_reduce
 PYCOMM_NORESTORE = "pycomm_norestore"  # pycomm.all_reduce without its restore copy
 PYCOMM_HIER = "pycomm_hier"           # the hierarchical backend (--hosts)
+PYCOMM_C10D = "pycomm_c10d"           # the backend's own send/recv, without torch's wrapper (p2p)
 GLOO = "gloo"
 MPI = "mpi"
 DEEPSPEED = "deepspeed"
 INTRA_HOST = "intra_host"             # --hosts calibration sweeps
 INTER_HOST = "inter_host"
 LEADERS_HOST = "leaders_host"
-PEERS = (PYCOMM_BACKEND, PYCOMM_DIRECT, PYCOMM_NORESTORE, PYCOMM_HIER, GLOO, MPI, DEEPSPEED,
-         INTRA_HOST, INTER_HOST, LEADERS_HOST)
+PEERS = (PYCOMM_BACKEND, PYCOMM_DIRECT, PYCOMM_NORESTORE, PYCOMM_HIER, PYCOMM_C10D, GLOO, MPI,
+         DEEPSPEED, INTRA_HOST, INTER_HOST, LEADERS_HOST)
 # The pycomm peers whose wrong counts make up the shared `wrong` column.
-PYCOMM_PEERS = (PYCOMM_BACKEND, PYCOMM_DIRECT, PYCOMM_NORESTORE, PYCOMM_HIER)
+PYCOMM_PEERS = (PYCOMM_BACKEND, PYCOMM_DIRECT, PYCOMM_NORESTORE, PYCOMM_HIER, PYCOMM_C10D)
 
 # A peer's fields: time (µs, median of rounds), algbw and busbw (GB/s), spread ((max - min) /
 # median of the rounds), each round's time (µs), wrong elements, and why it was dropped.
