@@ -166,7 +166,8 @@ def pattern_summary(pattern, rows, primary):
     direct = first.get(schema.column(schema.PYCOMM_C10D, "us"))
     prim = first.get(schema.column(primary.key, "us")) if primary else None
     if pattern.name == "latency" and direct and prim:
-        # The latency target: pycomm within 1.5x of Open MPI plus torch's own cost.
+        # pycomm against Open MPI plus what torch itself costs a call (the target in
+        # docs/performance.md: within 1.5x).
         torch_us = prim - direct
         line += (f"; at {human(first['size'])}: torch's per-call cost {torch_us:.2f} us "
                  f"(pycomm {prim:.2f} - pyc-c10d {direct:.2f})")

@@ -207,11 +207,10 @@ def through_backend(peer, torch, group, rank: int):
     peer_rank, sender = pair(rank)
 
     def call(b):
-        first, second = ((backend.send, b.send), (backend.recv, b.recv))
-        if not sender:
-            first, second = second, first
-        first[0]([first[1][0]], peer_rank, 0).wait()
-        second[0]([second[1][0]], peer_rank, 0).wait()
+        steps = [lambda: backend.send([b.send[0]], peer_rank, 0),
+                 lambda: backend.recv([b.recv[0]], peer_rank, 0)]
+        for start in steps if sender else steps[::-1]:
+            start().wait()
 
     peer.calls = {"latency": call}
     peer.exact = {"latency": True}
