@@ -15,6 +15,16 @@ namespace {
 
 constexpr uint64_t kSleepSliceNs = 2'000'000;    // re-check deadlines, peers and abort this often
 constexpr uint64_t kHealthEveryNs = 1'000'000;    // and no more often than this
+// A message of more than one frame that arrives before its receive is held in
+// the channel this long before it is taken into an unexpected buffer (a new
+// allocation and a second copy of the whole message: 16 MiB cost 3-4 ms on
+// the 2-core host). batch_isend_irecv posts the receive a few microseconds
+// after the send, and the peer's helper may stream meanwhile; before the hold,
+// nearly every 16 MiB exchange went through an unexpected buffer. Its sender
+// waits for this receiver's progress either way (the message is larger than a
+// frame), and after the hold it is taken, so two ranks that both send first
+// still complete.
+constexpr uint64_t kHoldNs = 200'000;
 
 std::string rank_text(int r) { return "rank " + std::to_string(r); }
 
@@ -30,6 +40,7 @@ P2PEngine::P2PEngine(P2PChannels& channels, TypeName type_name)
   incoming_.resize(size_t(world_));
   unexpected_.resize(size_t(world_));
   next_message_.assign(size_t(world_), 0);
+  held_since_.assign(size_t(world_), 0);
 }
 
 P2PEngine::~P2PEngine() { close(); }
@@ -128,7 +139,12 @@ void P2PEngine::wait(const P2PHandle& op) {
         } else if (now < yield_end) {
           sched_yield();
         } else {
-          ch_.sleep_on_bell(seen, kSleepSliceNs);
+          uint64_t sleep_ns;
+          {
+            std::lock_guard<std::mutex> lock(mu_);
+            sleep_ns = sleep_ns_locked();
+          }
+          ch_.sleep_on_bell(seen, sleep_ns);
         }
       }
     } catch (...) {
@@ -162,6 +178,11 @@ void P2PEngine::close() {
   complete(done);
 }
 
+uint64_t P2PEngine::unexpected_messages() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return arrivals_;
+}
+
 void P2PEngine::helper_loop() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
@@ -171,11 +192,12 @@ void P2PEngine::helper_loop() {
     Done done;
     const bool moved = pass_locked(done);
     check_health_locked(done);
+    const uint64_t sleep_ns = sleep_ns_locked();
     lock.unlock();
     complete(done);
     // No spinning here: the caller's thread computes meanwhile, and may share
     // the core with this one. A peer's frame or consume rings the doorbell.
-    if (!moved) ch_.sleep_on_bell(seen, kSleepSliceNs);
+    if (!moved) ch_.sleep_on_bell(seen, sleep_ns);
     lock.lock();
   }
 }
@@ -183,6 +205,7 @@ void P2PEngine::helper_loop() {
 // ---------------------------------------------------------------- the pass
 
 bool P2PEngine::pass_locked(Done& done) {
+  hold_until_ns_ = 0;  // set again by whatever is still held
   bool moved = false;
   for (int p = 0; p < world_; ++p) {
     if (p == rank_) continue;
@@ -221,13 +244,13 @@ bool P2PEngine::pull_frames_locked(int peer, Done& done) {
   Incoming& in = incoming_[size_t(peer)];
   while (ch_.can_recv(peer)) {
     const FrameHeader h = ch_.recv_header(peer);
-    if (!in.active) begin_message_locked(peer, h, done);
+    if (!in.active && !begin_message_locked(peer, h, done)) break;
     if (h.bytes) {
       const char* src = ch_.recv_payload(peer);
       if (in.recv) {
         std::memcpy(in.recv->data + h.offset, src, h.bytes);
       } else if (in.unexpected) {
-        std::memcpy(in.unexpected->data.data() + h.offset, src, h.bytes);
+        std::memcpy(in.unexpected->data.get() + h.offset, src, h.bytes);
         in.unexpected->got += h.bytes;
       }
     }
@@ -246,21 +269,32 @@ bool P2PEngine::pull_frames_locked(int peer, Done& done) {
   return moved;
 }
 
-void P2PEngine::begin_message_locked(int peer, const FrameHeader& h, Done& done) {
+bool P2PEngine::begin_message_locked(int peer, const FrameHeader& h, Done& done) {
   Incoming& in = incoming_[size_t(peer)];
+  // The earliest posted receive that takes it (MPI's matching order).
+  auto match = std::find_if(recvs_.begin(), recvs_.end(), [&](const P2PHandle& r) {
+    return (r->peer == peer || r->peer == P2POp::kAnySource) && r->tag == h.tag;
+  });
+  if (match == recvs_.end() && h.total_bytes > ch_.frame_bytes()) {
+    const uint64_t now = monotonic_ns();
+    uint64_t& since = held_since_[size_t(peer)];
+    if (since == 0) since = now;
+    if (now - since < kHoldNs) {
+      const uint64_t due = since + kHoldNs;
+      if (hold_until_ns_ == 0 || due < hold_until_ns_) hold_until_ns_ = due;
+      return false;
+    }
+  }
+  held_since_[size_t(peer)] = 0;
   in = Incoming{};
   in.active = true;
   in.message = h.message;
   in.total = h.total_bytes;
-  // The earliest posted receive that takes it (MPI's matching order).
-  for (auto it = recvs_.begin(); it != recvs_.end(); ++it) {
-    P2POp& r = **it;
-    if ((r.peer == peer || r.peer == P2POp::kAnySource) && r.tag == h.tag) {
-      P2PHandle recv = std::move(*it);
-      recvs_.erase(it);
-      if (accept_locked(recv, peer, h.message, h.total_bytes, h.type, done)) in.recv = std::move(recv);
-      return;
-    }
+  if (match != recvs_.end()) {
+    P2PHandle recv = std::move(*match);
+    recvs_.erase(match);
+    if (accept_locked(recv, peer, h.message, h.total_bytes, h.type, done)) in.recv = std::move(recv);
+    return true;
   }
   auto u = std::make_shared<Unexpected>();
   u->source = peer;
@@ -268,9 +302,17 @@ void P2PEngine::begin_message_locked(int peer, const FrameHeader& h, Done& done)
   u->type = h.type;
   u->message = h.message;
   u->arrival = arrivals_++;
-  u->data.resize(h.total_bytes);
+  u->bytes = h.total_bytes;
+  u->data = std::make_unique_for_overwrite<char[]>(h.total_bytes);
   unexpected_[size_t(peer)].push_back(u);
   in.unexpected = std::move(u);
+  return true;
+}
+
+uint64_t P2PEngine::sleep_ns_locked() const {
+  if (hold_until_ns_ == 0) return kSleepSliceNs;
+  const uint64_t now = monotonic_ns();
+  return hold_until_ns_ <= now ? 1 : std::min(kSleepSliceNs, hold_until_ns_ - now);
 }
 
 bool P2PEngine::match_unexpected_locked(const P2PHandle& op, Done& done) {
@@ -290,8 +332,8 @@ bool P2PEngine::match_unexpected_locked(const P2PHandle& op, Done& done) {
   Incoming& in = incoming_[size_t(best->source)];
   const bool arriving = in.active && in.unexpected == best;
   if (arriving) in.unexpected.reset();  // refused, its rest goes nowhere; else into `op`
-  if (!accept_locked(op, best->source, best->message, best->data.size(), best->type, done)) return true;
-  if (best->got) std::memcpy(op->data, best->data.data(), best->got);
+  if (!accept_locked(op, best->source, best->message, best->bytes, best->type, done)) return true;
+  if (best->got) std::memcpy(op->data, best->data.get(), best->got);
   if (arriving) {
     in.recv = op;
   } else {

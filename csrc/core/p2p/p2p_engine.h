@@ -101,6 +101,9 @@ class P2PEngine {
   void wait(const P2PHandle& op);
   // Stops the helper; what is still pending fails (the communicator closes).
   void close();
+  // Messages that arrived before their receive and were copied into a buffer
+  // of their own (each a second copy): what the hold is there to avoid.
+  uint64_t unexpected_messages();
 
  private:
   // A message that arrived before its receive was posted: its bytes wait here.
@@ -110,7 +113,8 @@ class P2PEngine {
     uint32_t type;
     uint64_t message;
     uint64_t arrival;  // across sources, for any-source receives
-    std::vector<char> data;
+    size_t bytes;
+    std::unique_ptr<char[]> data;  // not zeroed: every byte is written before it is read
     size_t got = 0;
   };
   // The message now arriving from a peer, part way: it goes into `recv`, or
@@ -130,8 +134,12 @@ class P2PEngine {
   bool push_sends_locked(int peer, Done& done);
   bool pull_frames_locked(int peer, Done& done);
   void take_notices_locked(int peer, Done& done);
-  // Starts a new message from `peer` (its first frame's header).
-  void begin_message_locked(int peer, const FrameHeader& h, Done& done);
+  // Starts a new message from `peer` (its first frame's header); false while
+  // it is held in the channel for its receive (see kHoldNs in the .cpp).
+  bool begin_message_locked(int peer, const FrameHeader& h, Done& done);
+  // How long a thread with nothing to do may sleep: until a held message is
+  // due to be taken as unexpected, at most the sleep slice.
+  uint64_t sleep_ns_locked() const;
   // Matches a just-posted receive against what already arrived.
   bool match_unexpected_locked(const P2PHandle& op, Done& done);
   // Whether `recv` may take a message of `h`'s size and type; if not, fails it
@@ -164,7 +172,9 @@ class P2PEngine {
   std::vector<Incoming> incoming_;            // per peer
   std::vector<std::deque<std::shared_ptr<Unexpected>>> unexpected_;  // per source, arrival order
   std::vector<uint64_t> next_message_;        // per peer: the number of the next send
-  uint64_t arrivals_ = 0;
+  std::vector<uint64_t> held_since_;          // per peer: when its held first frame was seen (0: none)
+  uint64_t hold_until_ns_ = 0;                // the earliest held message's due time (0: none)
+  uint64_t arrivals_ = 0;  // unexpected messages so far: their order across sources
   size_t outstanding_ = 0;  // posted, not yet complete
   size_t helped_ = 0;       // of those, the ones the helper drives when nobody waits (see post)
   int waiters_ = 0;         // threads in wait(): the helper stays off while any drives

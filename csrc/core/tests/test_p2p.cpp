@@ -196,6 +196,45 @@ TEST(many_small_messages_in_flight_keep_their_order) {
   }
 }
 
+TEST(a_large_message_is_held_for_its_receive_then_taken_as_unexpected) {
+  // Rank 1 waits for tag 7 while rank 0's tag 5 (many frames) sits at the head
+  // of the channel: after the hold it goes into an unexpected buffer, so tag 7
+  // behind it arrives, and the later receive of tag 5 takes it from there.
+  World w(2);
+  const size_t n = 5000;
+  std::vector<int32_t> big(n), small(4);
+  auto errors = w.run([&](int r) {
+    P2PEngine& e = w.engine(r);
+    if (r == 0) {
+      auto a = pattern(n, 5), b = pattern(4, 7);
+      auto s1 = isend(e, 1, 5, a);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      e.wait(isend(e, 1, 7, b));
+      e.wait(s1);
+    } else {
+      e.wait(irecv(e, 0, 7, small));
+      e.wait(irecv(e, 0, 5, big));
+    }
+  });
+  CHECK(no_errors(errors));
+  CHECK(big == pattern(n, 5) && small == pattern(4, 7));
+  CHECK_EQ(w.engine(1).unexpected_messages(), uint64_t(1));
+  // A receive posted before its message arrives takes it from the channel.
+  errors = w.run([&](int r) {
+    P2PEngine& e = w.engine(r);
+    auto mine = pattern(n, 8);
+    if (r == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      e.wait(isend(e, 1, 5, mine));
+    } else {
+      e.wait(irecv(e, 0, 5, big));
+    }
+  });
+  CHECK(no_errors(errors));
+  CHECK(big == pattern(n, 8));
+  CHECK_EQ(w.engine(1).unexpected_messages(), uint64_t(1));
+}
+
 TEST(a_receive_posted_long_before_its_send) {
   World w(2);
   std::vector<int32_t> got(3000);
