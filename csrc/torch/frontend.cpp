@@ -568,20 +568,78 @@ c10::intrusive_ptr<c10d::Work> Backend::scatter(std::vector<at::Tensor>& outputs
 
 namespace {
 
+// What a send or receive completes: its Future, made only when someone asks.
+// dist.send and dist.recv never do, and making and completing one with its
+// list of tensors every call cost 8-byte messages about 0.1 us a call (through
+// the backend, one way: 1.56-1.68 us with, 1.37-1.43 us without, in turns).
+// The operation may complete on the engine's helper before or after
+// getFuture().
+class P2PCompletion {
+ public:
+  explicit P2PCompletion(std::vector<at::Tensor> tensors) : tensors_(std::move(tensors)) {}
+
+  const std::vector<at::Tensor>& tensors() const { return tensors_; }
+
+  void complete(std::exception_ptr error) {
+    c10::intrusive_ptr<c10::ivalue::Future> future;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+      error_ = std::move(error);
+      future = future_;
+    }
+    if (future) finish(*future);
+  }
+
+  c10::intrusive_ptr<c10::ivalue::Future> future() {
+    bool finish_now = false;
+    c10::intrusive_ptr<c10::ivalue::Future> future;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!future_) {
+        future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors());
+        finish_now = done_;  // complete() ran before: nobody else will finish it
+      }
+      future = future_;
+    }
+    if (finish_now) finish(*future);
+    return future;
+  }
+
+ private:
+  // Outside mu_: the Future runs its callbacks, which may ask for it again.
+  void finish(c10::ivalue::Future& future) {
+    if (error_) {
+      future.setError(error_);
+    } else {
+      future.markCompleted(c10::IValue(tensors_));
+    }
+  }
+
+  const std::vector<at::Tensor> tensors_;
+  std::mutex mu_;
+  bool done_ = false;           // under mu_; error_ is written before it and read after
+  std::exception_ptr error_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
 // c10d's view of one send or receive: wait() drives the engine's progress in
-// the caller's thread (the engine's helper drives it for nobody else); the
-// future completes when the operation does, on whichever thread finished it.
+// the caller's thread (the engine's helper drives it for nobody else).
 class P2PWork : public c10d::Work {
  public:
   P2PWork(int rank, c10d::OpType type, std::shared_ptr<Communicator> comm, core::P2PHandle op,
-          std::vector<at::Tensor> tensors, c10::intrusive_ptr<c10::ivalue::Future> future)
+          std::shared_ptr<P2PCompletion> completion)
       : c10d::Work(rank, type),
         comm_(std::move(comm)),
         op_(std::move(op)),
-        tensors_(std::move(tensors)),
-        future_(std::move(future)) {}
+        completion_(std::move(completion)) {}
 
-  bool isCompleted() override { return op_->done(); }
+  // Someone polls instead of waiting: the helper drives it meanwhile.
+  bool isCompleted() override {
+    if (op_->done()) return true;
+    comm_->p2p().help(op_);
+    return op_->done();
+  }
   bool isSuccess() const override { return op_->done() && !op_->error(); }
   std::exception_ptr exception() const override { return op_->error(); }
   // The engine's deadline (posted + the group's timeout) bounds the wait.
@@ -589,16 +647,19 @@ class P2PWork : public c10d::Work {
     comm_->p2p().wait(op_);
     return true;
   }
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
-  std::vector<at::Tensor> result() override { return tensors_; }
+  // Whoever waits on the Future does not drive the engine: the helper does.
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    comm_->p2p().help(op_);
+    return completion_->future();
+  }
+  std::vector<at::Tensor> result() override { return completion_->tensors(); }
   // recv_anysource's answer (dist.recv(src=None) returns it).
   int sourceRank() const override { return op_->source; }
 
  private:
   std::shared_ptr<Communicator> comm_;
   core::P2PHandle op_;
-  std::vector<at::Tensor> tensors_;
-  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::shared_ptr<P2PCompletion> completion_;
 };
 
 }  // namespace
@@ -623,17 +684,12 @@ c10::intrusive_ptr<c10d::Work> Backend::point_to_point(core::P2POp::Kind kind,
   op->data = static_cast<char*>(t.data_ptr());
   op->bytes = t.nbytes();
   op->type = uint32_t(t.scalar_type());
-  auto future = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors());
-  op->on_done = [future, tensors](const core::P2POp& o) {
-    if (std::exception_ptr err = o.error()) {
-      future->setError(err);
-    } else {
-      future->markCompleted(c10::IValue(tensors));
-    }
-  };
+  // It holds the tensors until the operation completes, even if the Work is dropped.
+  auto completion = std::make_shared<P2PCompletion>(tensors);
+  op->on_done = [completion](const core::P2POp& o) { completion->complete(o.error()); };
   comm_->p2p().post(op);
   return c10::make_intrusive<P2PWork>(getRank(), sends ? c10d::OpType::SEND : c10d::OpType::RECV, comm_,
-                                      std::move(op), tensors, std::move(future));
+                                      std::move(op), std::move(completion));
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::send(std::vector<at::Tensor>& tensors, int dst, int tag) {

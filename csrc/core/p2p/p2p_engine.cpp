@@ -95,16 +95,24 @@ void P2PEngine::post(const P2PHandle& op) {
     // queued (its channel is full), or a message of more than one frame.
     // A small blocking receive is waited for at once: waking a thread for it
     // would cost more than the message (and, on a small host, a core).
-    if (!op->done() && (op->kind == P2POp::Kind::kSend || op->bytes > ch_.frame_bytes())) {
-      op->helped_ = true;
-      ++helped_;
-      if (waiters_ == 0) {
-        if (!helper_.joinable()) helper_ = std::thread([this] { helper_loop(); });
-        helper_cv_.notify_one();
-      }
-    }
+    if (op->kind == P2POp::Kind::kSend || op->bytes > ch_.frame_bytes()) help_locked(op);
   }
   complete(done);
+}
+
+void P2PEngine::help(const P2PHandle& op) {
+  std::lock_guard<std::mutex> lock(mu_);
+  help_locked(op);
+}
+
+void P2PEngine::help_locked(const P2PHandle& op) {
+  if (op->done() || op->helped_ || closing_) return;
+  op->helped_ = true;
+  ++helped_;
+  if (waiters_ == 0) {
+    if (!helper_.joinable()) helper_ = std::thread([this] { helper_loop(); });
+    helper_cv_.notify_one();
+  }
 }
 
 void P2PEngine::wait(const P2PHandle& op) {

@@ -99,6 +99,11 @@ class P2PEngine {
   // the session's error once it was aborted.
   void post(const P2PHandle& op);
   void wait(const P2PHandle& op);
+  // Has the helper drive `op` to completion when no thread waits: for callers
+  // that wait elsewhere (on its Future) or poll whether it is done. post()
+  // does it at once for what may stall, but not for a small receive, which
+  // costs less to wait for than to wake a thread.
+  void help(const P2PHandle& op);
   // Stops the helper; what is still pending fails (the communicator closes).
   void close();
   // Messages that arrived before their receive and were copied into a buffer
@@ -147,6 +152,7 @@ class P2PEngine {
   bool accept_locked(const P2PHandle& recv, int source, uint64_t message, size_t total,
                      uint32_t type, Done& done);
   void finish_locked(const P2PHandle& op, std::exception_ptr err, Done& done);
+  void help_locked(const P2PHandle& op);
   // Deadlines, a dead peer, the session's abort: fails what must fail.
   void check_health_locked(Done& done);
   // Fails every pending operation: `culprit` with `culprit_why`, the others

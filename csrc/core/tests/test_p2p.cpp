@@ -418,6 +418,28 @@ TEST(an_isend_nobody_waits_for_completes_on_the_helper) {
   CHECK(got == pattern(n, 3));
 }
 
+TEST(a_small_receive_nobody_waits_for_completes_once_helped) {
+  // Whoever waits on a Future, or polls, does not drive the engine: help()
+  // hands the receive to the helper.
+  World w(2);
+  std::vector<int32_t> got(8);
+  auto errors = w.run([&](int r) {
+    P2PEngine& e = w.engine(r);
+    if (r == 1) {
+      auto v = irecv(e, 0, 0, got);
+      e.help(v);
+      while (!v->done()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      if (v->error()) std::rethrow_exception(v->error());
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      auto mine = pattern(8, 6);
+      e.wait(isend(e, 1, 0, mine));
+    }
+  });
+  CHECK(no_errors(errors));
+  CHECK(got == pattern(8, 6));
+}
+
 TEST(bad_peers_are_refused_before_anything_moves) {
   World w(2);
   std::vector<int32_t> v(1);
