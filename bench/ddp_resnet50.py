@@ -89,25 +89,31 @@ import re
 import statistics
 import sys
 import time
+from collections import Counter
 
 from harness.collectives import COLLECTIVES  # (harness puts pycomm on sys.path)
 from harness.launch import launch, under_torchrun
 from harness.peers import nccl
 from harness.peers.pycomm import backend_group, ring_support
+from harness.step_parts import PARTS, step_parts, union_length
 from harness.table import Column, Table
 from harness.timing import Clock, sample
 from harness.world import World
 from pycomm.tools import results_schema as schema
+from pycomm.tools import trace
+from harness import thread_cpu
 
 # Where the JSON and the plot go unless told otherwise (ignored by git).
 _OUT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")
 
 MODES = {"stock": None, "ring": None, "ring-bf16": "bf16", "ring-fp16": "fp16", "no-comm": None,
-         "backend": None}
+         "sync-only": None, "backend": None}
 MODELS = ("resnet18", "resnet34", "resnet50")
-DEFAULT_MODES = "no-comm,stock,ring,ring-bf16,backend"
-# The issue's target for the modes that use pycomm: step <= this x the no-comm step.
+DEFAULT_MODES = "no-comm,sync-only,stock,ring,ring-bf16,backend"
+# The targets for the modes that use pycomm: ring and backend at most this times the
+# sync-only step (and the no-comm step), and backend at most the ring's step + BACKEND_OVER_RING.
 NO_COMM_TARGET = 1.03
+BACKEND_OVER_RING = 0.01
 # Distinct batches per rank in the synthetic data set; the loader cycles through them.
 # A few keep 224-pixel data of 8 ranks x 256 images within host memory.
 BATCHES_PER_RANK = 4
@@ -115,6 +121,8 @@ BATCHES_PER_RANK = 4
 # the large ones B (DDP's buckets are up to 25 MiB).
 CALIBRATION_SIZES = (8, 64 << 10, 1 << 20, 8 << 20, 32 << 20)
 ALL_REDUCE = COLLECTIVES["all_reduce"]
+# The trace's names of an all-reduce: through the c10d backend, and pycomm.all_reduce.
+ALL_REDUCE_JOBS = ("allreduce", "all_reduce")
 # Bounds on the repetitions of the comm-alone measurement (about 1 s of them).
 ALONE_REPS = (3, 10)
 
@@ -148,20 +156,16 @@ class HookTimer:
 
     def step_comm(self, start):
         """(comm, exposed) seconds of the step that began at `start`; see the module doc."""
-        spans = sorted((self.clock.seconds(start, e[4]), self.clock.seconds(start, e[5]))
-                       for e in self.events if e[5] is not None)
+        spans = [(self.clock.seconds(start, e[4]), self.clock.seconds(start, e[5]))
+                 for e in self.events if e[5] is not None]
         if not spans:
             return 0.0, 0.0
-        busy, lo, hi = 0.0, spans[0][0], spans[0][1]
-        for s, e in spans[1:]:
-            if s > hi:
-                busy += hi - lo
-                lo, hi = s, e
-            else:
-                hi = max(hi, e)
-        busy += hi - lo
         exposed = max(0.0, max(e for _, e in spans) - max(s for s, _ in spans))
-        return busy, exposed
+        return union_length(spans), exposed
+
+    def handovers(self):
+        """(handed over, done or None) marks of each bucket of the step (CPU clock only)."""
+        return [(e[4], e[5]) for e in self.events]
 
     def buckets(self):
         """(numel, gradient dtype, wire dtype) of each bucket, in the order of the last step."""
@@ -173,19 +177,27 @@ class HookTimer:
 
 # --------------------------------------------------------------------------- the ranks
 
-def synthetic_loader(world, args, sharded: bool):
-    """An endless iterator of (images, labels) batches on the device: the epochs of a data
-    set of BATCHES_PER_RANK batches per rank, sharded by DistributedSampler when `sharded`."""
+def synthetic_data(world, args):
+    """The synthetic data set every mode shares: BATCHES_PER_RANK batches per rank of
+    uint8 images (as a decoder would produce them: a quarter of the host memory of fp32)
+    and labels, from a fixed seed, the same on every rank."""
     import torch
-    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+    from torch.utils.data import TensorDataset
 
     g = torch.Generator().manual_seed(args.seed)
     n = args.batch_size * world.size * BATCHES_PER_RANK
-    # uint8 images, as a decoder would produce them: a quarter of the host memory of fp32.
     images = torch.randint(0, 256, (n, 3, args.image_size, args.image_size), dtype=torch.uint8,
                            generator=g)
     labels = torch.randint(0, args.classes, (n,), generator=g)
-    data = TensorDataset(images, labels)
+    return TensorDataset(images, labels)
+
+
+def synthetic_loader(world, args, data, sharded: bool):
+    """An endless iterator of (images, labels) batches on the device: the epochs of `data`,
+    sharded by DistributedSampler when `sharded`."""
+    import torch
+    from torch.utils.data import DataLoader, DistributedSampler
+
     if sharded:
         sampler = DistributedSampler(data, num_replicas=world.size, rank=world.rank,
                                      shuffle=True, seed=args.seed, drop_last=True)
@@ -224,57 +236,54 @@ def build_model(world, args, sync_bn: bool):
     return model, opt
 
 
-def train(world, args, model, opt, batches, label, timer=None):
-    """Runs the warm-up and timed steps; returns per-step seconds and (comm, exposed)."""
+def train_step(world, model, opt, batches, barrier=True):
+    """One step: zero_grad, forward, backward, optimizer. With `barrier`, every rank starts
+    it together. Returns its marks on the device's clock: (start, forward done, backward
+    done, end)."""
     import torch.nn.functional as F
 
-    bar = None
-    tqdm = _tqdm() if world.rank == 0 else None
-    if tqdm is not None:
-        phase = "warm-up" if args.warmup else "timed"
-        bar = tqdm(total=args.warmup + args.steps, desc=f"{label} {phase}", unit="step",
-                   file=sys.stderr, leave=True, mininterval=0.5, dynamic_ncols=True)
+    x, y = next(batches)
+    if barrier:
+        world.barrier()
     clock = world.clock
-    times, comm, exposed = [], [], []
-    model.train()
-    for i in range(args.warmup + args.steps):
-        x, y = next(batches)
-        clock.sync()
-        if timer is not None:
-            timer.reset()
-        start = clock.mark()
-        opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        end = clock.mark()
-        clock.sync()
-        if i >= args.warmup:
-            times.append(clock.seconds(start, end))
-            if timer is not None:
-                c, e = timer.step_comm(start)
-                comm.append(c)
-                exposed.append(e)
-        if bar is not None:
-            if i + 1 == args.warmup:
-                bar.set_description(f"{label} timed")
-            bar.set_postfix_str(f"{clock.seconds(start, end) * 1e3:.0f} ms/step", refresh=False)
-            bar.update()
-    if bar is not None:
-        bar.close()
-    return times, comm, exposed
+    clock.sync()
+    start = clock.mark()
+    opt.zero_grad(set_to_none=True)
+    loss = F.cross_entropy(model(x), y)
+    forward = clock.mark()
+    loss.backward()
+    backward = clock.mark()
+    opt.step()
+    end = clock.mark()
+    clock.sync()
+    return start, forward, backward, end
 
 
-def _tqdm():
-    """tqdm's progress bar class, or None where tqdm is not installed (no bar then)."""
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
-    return tqdm
+class Progress:
+    """Rank 0's progress bar on stderr (none where tqdm is missing, or on other ranks)."""
+
+    def __init__(self, world, total, label):
+        self.bar = None
+        if world.rank == 0:
+            try:
+                from tqdm import tqdm
+            except ImportError:
+                return
+            self.bar = tqdm(total=total, desc=label, unit="step", file=sys.stderr, leave=True,
+                            mininterval=0.5, dynamic_ncols=True)
+
+    def step(self, label, seconds):
+        if self.bar is not None:
+            self.bar.set_description(label, refresh=False)
+            self.bar.set_postfix_str(f"{seconds * 1e3:.0f} ms/step", refresh=False)
+            self.bar.update()
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
 
 
-def run_baseline(world, args):
+def run_baseline(world, args, data):
     """T1: rank 0 alone, no DDP (see the module doc); the others wait. Returns T1 (s) on
     every rank."""
     import torch
@@ -282,12 +291,87 @@ def run_baseline(world, args):
     t1 = 0.0
     if world.rank == 0:
         model, opt = build_model(world, args, sync_bn=False)
-        batches = synthetic_loader(world, args, sharded=False)
-        times, _, _ = train(world, args, model, opt, batches, f"{'baseline':<9} N=1")
+        batches = synthetic_loader(world, args, data, sharded=False)
+        model.train()
+        bar = Progress(world, args.warmup + args.rounds * args.steps, "baseline N=1")
+        times = []
+        for i in range(args.warmup + args.rounds * args.steps):
+            start, _, _, end = train_step(world, model, opt, batches, barrier=False)
+            seconds = world.clock.seconds(start, end)
+            if i >= args.warmup:
+                times.append(seconds)
+            bar.step("baseline N=1", seconds)
+        bar.close()
         t1 = statistics.median(times)
         del model, opt
     world.barrier()
     return world.reduce([t1], torch.distributed.ReduceOp.MAX)[0]
+
+
+class Trainer:
+    """One mode ready to train: its DDP model (the same initial weights as every other
+    mode's), optimizer, hook and data. Every mode is built before any is timed, so that the
+    rounds take them in turns."""
+
+    def __init__(self, world, args, mode, data):
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        self.world, self.args, self.mode = world, args, mode
+        state, hook, self.wire, self.issue = mode_hook(mode, world)
+        model, self.opt = build_model(world, args, sync_bn=args.sync_bn)
+        self.ddp = DDP(model,
+                       device_ids=[world.device.index] if world.device.type == "cuda" else None,
+                       bucket_cap_mb=args.bucket_cap_mb,
+                       process_group=world.pycomm_group if mode == "backend" else None)
+        self.ddp.train()
+        self.timer = None
+        if hook is not None:
+            self.timer = HookTimer(hook, world.clock, self.wire)
+            self.ddp.register_comm_hook(state, self.timer.hook)
+        self.batches = synthetic_loader(world, args, data, sharded=True)
+        # This rank's timed steps in the order taken (round after round), and theirs parts.
+        self.times, self.comm, self.exposed, self.parts = [], [], [], []
+        self.cpu = Counter()  # CPU seconds per thread group over the timed steps
+
+    def step(self):
+        """(seconds, marks, the hook's hand-overs) of one step."""
+        if self.timer is not None:
+            self.timer.reset()
+        marks = train_step(self.world, self.ddp, self.opt, self.batches)
+        handovers = self.timer.handovers() if self.timer is not None else []
+        return self.world.clock.seconds(marks[0], marks[-1]), marks, handovers
+
+    def turn(self, bar, round_index=None):
+        """This mode's turn in round `round_index`: args.steps timed steps; None: its
+        args.warmup untimed steps."""
+        world, args = self.world, self.args
+        timed = round_index is not None
+        label = f"{self.mode} N={world.size} " + (f"round {round_index + 1}/{args.rounds}"
+                                                   if timed else "warm-up")
+        on_cpu = world.device.type == "cpu"
+        if on_cpu:
+            trace.take()  # what earlier turns and set-up left
+            before = thread_cpu.snapshot()
+        steps = []
+        for _ in range(args.steps if timed else args.warmup):
+            seconds, marks, handovers = self.step()
+            steps.append((marks, handovers))
+            if timed:
+                self.times.append(seconds)
+                if self.timer is not None:
+                    c, e = self.timer.step_comm(marks[0])
+                    self.comm.append(c)
+                    self.exposed.append(e)
+            bar.step(label, seconds)
+        if not (timed and on_cpu):
+            return
+        self.cpu.update(thread_cpu.since(before))
+        world.barrier()  # the completion lanes have recorded this turn's jobs by now
+        jobs = trace.take()
+        for (start, forward, backward, end), handovers in steps:
+            # The buckets' all-reduces (DDP's buffer broadcast in forward is not one).
+            mine = [j for j in jobs if j.what in ALL_REDUCE_JOBS and start <= j.queued_at <= end]
+            self.parts.append(step_parts(start, forward, backward, end, handovers, mine))
 
 
 def mode_hook(mode, world):
@@ -302,6 +386,25 @@ def mode_hook(mode, world):
             return fut
 
         return None, no_comm_hook, None, None
+    if mode == "sync-only":
+        # One element per bucket, all-reduced as the ring's buckets are (pycomm's worker,
+        # where it runs here; else the stock backend): every rank waits for the slowest at
+        # each bucket, as in every mode, and no gradient bytes move.
+        if world.sync_with_pycomm:
+            import pycomm
+
+            def sync(flag):
+                return pycomm.all_reduce(flag, async_op=True)
+        else:
+            def sync(flag):
+                return world.dist.all_reduce(flag, async_op=True)
+
+        def sync_only_hook(state, bucket):
+            buffer = bucket.buffer()
+            flag = torch.zeros(1, device=buffer.device)
+            return sync(flag).get_future().then(lambda _: buffer)
+
+        return None, sync_only_hook, None, None
     if mode == "stock":
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
@@ -421,47 +524,47 @@ def calibrations(world, args, with_pycomm: bool):
     return out
 
 
-def run_mode(world, args, mode, unavailable, t1, cals, contended=None):
-    """Trains one mode under DDP; returns its record (meaningful on rank 0)."""
-    import gc
+def breakdown(trainer):
+    """This rank's parts of a step (medians over the timed steps, seconds) and each thread
+    group's CPU time per step: see harness/step_parts.py and harness/thread_cpu.py."""
+    out = {}
+    for part in PARTS:
+        values = [p[part] for p in trainer.parts if p[part] is not None]
+        out[part] = statistics.median(values) if values else None
+    steps = max(1, len(trainer.times))
+    out["cpu"] = {group: seconds / steps for group, seconds in sorted(trainer.cpu.items())}
+    return out
 
+
+def mode_record(world, args, trainer, t1, cals):
+    """A trained mode's record (meaningful on rank 0); every rank calls it, in mode order."""
     import torch
-    from torch.nn.parallel import DistributedDataParallel as DDP
 
-    N, b = world.size, args.batch_size
-    record = dict(mode=mode, world_size=N, available=unavailable is None, reason=unavailable)
-    if unavailable is not None:
-        return record
-    state, hook, wire, issue = mode_hook(mode, world)
-    model, opt = build_model(world, args, sync_bn=args.sync_bn)
-    ddp = DDP(model, device_ids=[world.device.index] if world.device.type == "cuda" else None,
-              bucket_cap_mb=args.bucket_cap_mb,
-              process_group=world.pycomm_group if mode == "backend" else None)
-    timer = None
-    if hook is not None:
-        timer = HookTimer(hook, world.clock, wire)
-        ddp.register_comm_hook(state, timer.hook)
-    batches = synthetic_loader(world, args, sharded=True)
-    world.barrier()
-    times, comm, exposed = train(world, args, ddp, opt, batches, f"{mode:<9} N={N}", timer)
-    buckets = timer.buckets() if timer is not None else ddp_buckets(ddp)
-    del ddp, model, opt, batches
-    gc.collect()
-
+    N, b, mode = world.size, args.batch_size, trainer.mode
+    record = dict(mode=mode, world_size=N, available=True, reason=None)
+    buckets = trainer.timer.buckets() if trainer.timer is not None else ddp_buckets(trainer.ddp)
     # The slowest rank's time per step; communication averaged over the ranks.
-    times = world.reduce(times, torch.distributed.ReduceOp.MAX)
+    times = world.reduce(trainer.times, torch.distributed.ReduceOp.MAX)
     step = statistics.median(times)
+    rounds = [statistics.median(times[r * args.steps:(r + 1) * args.steps])
+              for r in range(args.rounds)]
     comm_s = exposed_s = None  # not measured without a hook
-    if timer is not None:
-        comm = [c / N for c in world.reduce(comm + exposed, torch.distributed.ReduceOp.SUM)]
+    if trainer.timer is not None:
+        comm = [c / N for c in world.reduce(trainer.comm + trainer.exposed,
+                                            torch.distributed.ReduceOp.SUM)]
         comm, exposed = comm[:len(times)], comm[len(times):]
         comm_s, exposed_s = statistics.median(comm), statistics.median(exposed)
-    alone = comm_alone(world, buckets, issue)
+    alone = comm_alone(world, buckets, trainer.issue)
+    parts = [None] * N
+    world.dist.all_gather_object(parts, breakdown(trainer) if trainer.parts else None)
 
     grad_bytes = [n * dtype.itemsize for n, dtype, _ in buckets]
-    wire_bytes = [n * wire.itemsize for n, _, wire in buckets]
+    # sync-only moves one element per bucket, whatever the bucket's size.
+    wire_bytes = ([dtype.itemsize for _, dtype, _ in buckets] if mode == "sync-only"
+                  else [n * wire.itemsize for n, _, wire in buckets])
     record.update(
-        step_time_s=step, step_times_s=times, images_per_s=N * b / step,
+        step_time_s=step, step_times_s=times, round_step_times_s=rounds,
+        images_per_s=N * b / step,
         comm_s=comm_s, exposed_comm_s=exposed_s,
         comm_share=None if comm_s is None else comm_s / step,
         exposed_share=None if exposed_s is None else exposed_s / step,
@@ -469,9 +572,11 @@ def run_mode(world, args, mode, unavailable, t1, cals, contended=None):
         comm_alone_s=alone, comm_alone_share=alone / step,
         buckets=len(buckets), bucket_bytes=grad_bytes, wire_bytes=wire_bytes,
         grad_bytes=sum(grad_bytes), calibration=None, prediction=None,
+        breakdown=parts if any(parts) else None,
     )
     record.update(scaling_figures(N, t1, step))
-    cal = cals.get({"stock": "stock", "no-comm": None, "backend": "backend"}.get(mode, "pycomm"))
+    cal = cals.get({"stock": "stock", "no-comm": None, "sync-only": None,
+                    "backend": "backend"}.get(mode, "pycomm"))
     if isinstance(cal, str):
         record["calibration"] = cal
     elif cal is not None and t1:
@@ -489,9 +594,23 @@ def run_mode(world, args, mode, unavailable, t1, cals, contended=None):
             overlap=0.0, predicted_step_s=p.predicted_step_s, relative_error=p.relative_error,
             comm_s=p.comm_s, no_overlap_step_s=p.no_overlap_step_s,
             full_overlap_step_s=p.full_overlap_step_s, step_compute_s=t1)
-        if contended:
-            record["prediction_no_comm_compute"] = prediction_on(record, contended)
     return record
+
+
+def ratios(records, ceiling: str, key: str):
+    """Each record's step over the `ceiling` mode's, round by round (the same round of both,
+    so a slow spell of the host touches both alike): key = the median of the rounds'
+    ratios, key_min and key_max their range."""
+    base = next((r for r in records if r["mode"] == ceiling and r.get("round_step_times_s")),
+                None)
+    for r in records:
+        if r["mode"] == "baseline" or not r.get("round_step_times_s"):
+            continue
+        if base is None:
+            r[key] = r[key + "_min"] = r[key + "_max"] = None
+            continue
+        each = [m / c for m, c in zip(r["round_step_times_s"], base["round_step_times_s"])]
+        r[key], r[key + "_min"], r[key + "_max"] = statistics.median(each), min(each), max(each)
 
 
 def prediction_on(record, compute_s):
@@ -522,73 +641,126 @@ def run(args):
     """The work of one rank in one world."""
     world = World(args.device)
     N = world.size
-    names = [m for m in args.modes if m.startswith("ring")]
-    ring_reason = ring_support(world) if names else None
-    if names and ring_reason is None:
+    uses_pycomm = [m for m in args.modes if m.startswith("ring") or m == "sync-only"]
+    ring_reason = ring_support(world) if uses_pycomm else None
+    if uses_pycomm and ring_reason is None:
         import pycomm
 
         pycomm.init()
+    world.sync_with_pycomm = ring_reason is None
     # The backend mode's group: DDP on a pycomm process group.
     world.pycomm_group, backend_reason = (backend_group(world) if "backend" in args.modes
                                           else (None, None))
     # alpha and B serve only the prediction, which needs T1.
     cals = {} if args.no_baseline and args.baseline_step_s is None else \
-        calibrations(world, args, with_pycomm=ring_reason is None and bool(names))
+        calibrations(world, args, with_pycomm=ring_reason is None
+                     and any(m.startswith("ring") for m in args.modes))
 
     common = dict(device=world.device.type, backend=world.backend, model=args.model,
                   image_size=args.image_size, batch_size=args.batch_size, steps=args.steps,
-                  warmup=args.warmup, sync_bn=args.sync_bn, bucket_cap_mb=args.bucket_cap_mb,
-                  threads=world.torch.get_num_threads())
+                  rounds=args.rounds, warmup=args.warmup, sync_bn=args.sync_bn,
+                  bucket_cap_mb=args.bucket_cap_mb, threads=world.torch.get_num_threads(),
+                  cores=usable_cores())
+    data = synthetic_data(world, args)
     records = []
     t1 = args.baseline_step_s
     if t1 is None and not args.no_baseline:
-        t1 = run_baseline(world, args)
+        t1 = run_baseline(world, args, data)
         records.append(dict(mode="baseline", world_size=1, available=True, reason=None,
                             step_time_s=t1, images_per_s=args.batch_size / t1,
                             comm_s=0.0, exposed_comm_s=0.0, comm_share=0.0, exposed_share=0.0,
                             compute_s=t1, **scaling_figures(1, t1, t1)))
-    contended = None
-    # no-comm first: its step is the compute of N ranks side by side, for the model.
-    for mode in sorted(args.modes, key=lambda m: m != "no-comm"):
-        unavailable = ring_reason if mode.startswith("ring") else \
+    trainers, unavailable = [], {}
+    for mode in args.modes:
+        why = ring_reason if mode.startswith("ring") else \
             backend_reason if mode == "backend" else None
-        records.append(run_mode(world, args, mode, unavailable, t1, cals, contended))
-        if mode == "no-comm" and N > 1:
-            contended = records[-1]["step_time_s"]
-    if contended is not None and len(args.modes) > 1:
-        # no-comm once more, last: the first run also pays for warming the ranks
-        # up (allocations, page faults), which would flatter every later mode.
-        # The ceiling is the faster of the two.
-        again = run_mode(world, args, "no-comm", None, t1, cals, contended)
-        first = next(i for i, r in enumerate(records) if r["mode"] == "no-comm")
-        if again.get("step_time_s") and again["step_time_s"] < records[first]["step_time_s"]:
-            records[first] = again
-            # The model's compute is the no-comm step the table shows: this one.
-            for r in records:
-                if r.get("prediction_no_comm_compute"):
-                    r["prediction_no_comm_compute"] = prediction_on(r, again["step_time_s"])
-    # Each mode's step over the no-comm step of the same ranks: 1.0 is the ceiling.
-    no_comm = next((r.get("step_time_s") for r in records if r["mode"] == "no-comm"), None)
+        if why is None:
+            trainers.append(Trainer(world, args, mode, data))
+        else:
+            unavailable[mode] = why
+    # In turns: every mode's warm-up, then round after round of args.steps steps of each
+    # mode, starting each round one mode further on, so that a slow spell of the host lands
+    # on every mode alike and shows in the rounds' spread.
+    bar = Progress(world, len(trainers) * (args.warmup + args.rounds * args.steps), "")
+    if world.device.type == "cpu":
+        trace.start()
+    try:
+        for t in trainers:
+            t.turn(bar)
+        for r in range(args.rounds):
+            for t in trainers[r % len(trainers):] + trainers[:r % len(trainers)]:
+                t.turn(bar, r)
+    finally:
+        trace.stop()
+        bar.close()
+    by_mode = {t.mode: mode_record(world, args, t, t1, cals) for t in trainers}
+    for mode in args.modes:
+        records.append(by_mode.get(mode) or dict(mode=mode, world_size=N, available=False,
+                                                 reason=unavailable[mode]))
+    ratios(records, "no-comm", "over_no_comm")
+    ratios(records, "sync-only", "over_sync_only")
+    no_comm = by_mode.get("no-comm")
+    if no_comm is not None and N > 1:
+        # The model again, with the no-comm step (N ranks computing side by side) as compute.
+        for r in records:
+            if r.get("prediction"):
+                r["prediction_no_comm_compute"] = prediction_on(r, no_comm["step_time_s"])
     for r in records:
         r.update(common)
-        if r["mode"] != "baseline":
-            r["over_no_comm"] = (r["step_time_s"] / no_comm
-                                 if no_comm and r.get("step_time_s") else None)
     return records
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its affinity), which every rank shares."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 # --------------------------------------------------------------------------- the report
 
+def _range(key):
+    """A ratio's range over the rounds, "min-max"."""
+    def show(r):
+        lo, hi = r.get(key + "_min"), r.get(key + "_max")
+        return None if lo is None or hi is None else f"{lo:.3f}-{hi:.3f}"
+    return show
+
+
 MODE_TABLE = Table([
     Column("mode", 10, "mode", align="<"), Column("N", 3, "world_size", "d"),
-    Column("step ms", 9, "step_time_s", ".1f", 1e3), Column("/no-comm", 8, "over_no_comm", ".3f"),
-    Column("images/s", 9, "images_per_s", ".1f"), Column("speedup", 7, "speedup", ".3f"),
+    Column("step ms", 8, "step_time_s", ".1f", 1e3), None,
+    Column("/no-comm", 8, "over_no_comm", ".3f"), Column("rounds", 11, _range("over_no_comm")),
+    Column("/sync-only", 10, "over_sync_only", ".3f"),
+    Column("rounds", 11, _range("over_sync_only")), None,
+    Column("images/s", 8, "images_per_s", ".1f"), Column("speedup", 7, "speedup", ".3f"),
     Column("eff", 6, "efficiency", ".1%"), None,
-    Column("comm ms", 8, "comm_s", ".1f", 1e3), Column("exposed", 8, "exposed_comm_s", ".1f", 1e3),
+    Column("comm ms", 7, "comm_s", ".1f", 1e3), Column("exposed", 7, "exposed_comm_s", ".1f", 1e3),
     Column("share", 6, "comm_share", ".1%"), None,
     Column("alone ms", 8, "comm_alone_s", ".1f", 1e3),
     Column("share", 6, "comm_alone_share", ".1%"), None,
     Column("Amdahl f", 8, "amdahl_f", ".3f")])
+
+
+def _part(name, group=None):
+    """A breakdown cell: a part of the step, or a thread group's CPU time per step."""
+    return lambda r: r["cpu"].get(group) if group else r.get(name)
+
+
+BREAKDOWN_TABLE = Table([
+    Column("mode", 10, "mode", align="<"), Column("rank", 4, "rank", "d"),
+    Column("forward", 7, _part("forward"), ".1f", 1e3),
+    Column("backward", 8, _part("backward"), ".1f", 1e3),
+    Column("finalize", 8, _part("finalize"), ".2f", 1e3),
+    Column("optim", 6, _part("optimizer"), ".1f", 1e3), None,
+    Column("buckets", 7, _part("buckets"), ".0f"), Column("queue", 6, _part("queue"), ".2f", 1e3),
+    Column("run", 6, _part("run"), ".2f", 1e3), Column("complete", 8, _part("complete"), ".2f", 1e3),
+    Column("in flight", 9, _part("in_flight"), ".1f", 1e3), None,
+    Column("main cpu", 8, _part("", "main"), ".1f", 1e3),
+    Column("worker", 6, _part("", "pycomm-worker"), ".2f", 1e3),
+    Column("lane", 6, _part("", "pycomm-lane"), ".2f", 1e3),
+    Column("other", 6, _part("", "other"), ".2f", 1e3)])
 
 
 def _predicted(field):
@@ -607,14 +779,58 @@ PREDICTION_TABLE = Table([
     Column("error", 7, _predicted("relative_error"), "+.1%")])
 
 
+def _verdict(value, target) -> str:
+    return "met" if value <= target else "MISSED"
+
+
+def targets(records):
+    """The target lines: ring and backend against sync-only and no-comm, and backend against
+    the ring, each from the rounds' ratios (median, and range over the rounds)."""
+    lines = []
+    for n in sorted({r["world_size"] for r in records if r["mode"] != "baseline"}):
+        if n < 2:
+            continue
+        by_mode = {r["mode"]: r for r in records
+                   if r["world_size"] == n and r.get("round_step_times_s")}
+        judged = [by_mode[m] for m in ("ring", "backend") if m in by_mode]
+        for key, ceiling in (("over_sync_only", "sync-only"), ("over_no_comm", "no-comm")):
+            got = [r for r in judged if r.get(key) is not None]
+            if got:
+                lines.append(
+                    f"# target N={n}: ring and backend at most {NO_COMM_TARGET:g}x the {ceiling} "
+                    "step: " + "; ".join(
+                        f"{r['mode']} {r[key]:.3f}x ({r[key + '_min']:.3f}-{r[key + '_max']:.3f}, "
+                        f"{_verdict(r[key], NO_COMM_TARGET)})" for r in got))
+        if "backend" in by_mode and "ring" in by_mode:
+            each = [b / r for b, r in zip(by_mode["backend"]["round_step_times_s"],
+                                          by_mode["ring"]["round_step_times_s"])]
+            med = statistics.median(each)
+            lines.append(f"# target N={n}: backend at most the ring's step + "
+                         f"{BACKEND_OVER_RING:.0%}: backend/ring {med:.3f} ({min(each):.3f}-"
+                         f"{max(each):.3f}, {_verdict(med, 1 + BACKEND_OVER_RING)})")
+        sync = by_mode.get("sync-only")
+        if sync is not None and sync.get("over_no_comm") is not None:
+            lines.append(f"# N={n}: sync-only/no-comm {sync['over_no_comm']:.3f} "
+                         f"({sync['over_no_comm_min']:.3f}-{sync['over_no_comm_max']:.3f}): what "
+                         "waiting for the slowest rank at each bucket costs, with no bytes moved")
+    return lines
+
+
 def report(records, args):
     base = next((r for r in records if r["mode"] == "baseline"), None)
-    first = records[0]
+    first = next(r for r in records if r["mode"] != "baseline")
     sizes = sorted({r["world_size"] for r in records if r["mode"] != "baseline"})
     print(f"# {first['model']} under DDP on {first['device']} ({first['backend']}): "
           f"N = {', '.join(map(str, sizes))}; {first['image_size']}x{first['image_size']} "
           f"images, batch {first['batch_size']} per rank, {first['threads']} thread(s) per rank; "
-          f"median of {first['steps']} timed steps after {first['warmup']} warm-up")
+          f"the modes in turns, {first['rounds']} rounds of {first['steps']} timed steps each, "
+          f"after {first['warmup']} warm-up; a step's time is the slowest rank's, and the "
+          "table gives the median")
+    crowded = [n for n in sizes if first["device"] == "cpu" and n * first["threads"] > first["cores"]]
+    if crowded:
+        print(f"# OVERSUBSCRIBED: N = {', '.join(map(str, crowded))} ranks x {first['threads']} "
+              f"thread(s) on {first['cores']} cores: the ranks take turns on the cores, and "
+              "pycomm's worker takes its time from them; every mode pays it, no-comm too")
     if args.gpus and max(sizes) > args.gpus:
         print(f"# {max(sizes)} ranks share {args.gpus} GPU(s): without MPS their kernels take "
               f"turns on each GPU, so the step times compare the all-reduces' cost to the ranks, "
@@ -636,18 +852,24 @@ def report(records, args):
             print(MODE_TABLE.row(r, upto=2, note=f"unavailable: {r['reason']}"))
             continue
         print(MODE_TABLE.row(r))
-    print("# /no-comm: step / the no-comm step of the same ranks (1.0: communication costs "
-          "nothing); comm: time a bucket was in flight per step (hook futures; '-': no hook); "
-          "exposed: the wait after backward; alone: the same buckets all-reduced with no "
-          "compute; share = of the step")
-    judged = [r for r in records if r["mode"] in ("backend", "ring")
-              and r.get("over_no_comm") is not None and r["world_size"] > 1]
-    if judged:
-        verdicts = [f"{r['mode']} N={r['world_size']} {r['over_no_comm']:.3f}x "
-                    f"({'met' if r['over_no_comm'] <= NO_COMM_TARGET else 'MISSED'})"
-                    for r in judged]
-        print(f"# target: backend and ring at most {NO_COMM_TARGET:g}x the no-comm step: "
-              + "; ".join(verdicts))
+    print("# /no-comm, /sync-only: the median over the rounds of step / that mode's step in the "
+          "same round (no-comm: communication costs nothing; sync-only: one element per bucket, "
+          "so only the waiting for the slowest rank), and the rounds' range; comm: time a "
+          "bucket was in flight per step (hook futures; '-': no hook); exposed: the wait after "
+          "backward; alone: the same buckets all-reduced with no compute; share = of the step")
+    for line in targets(records):
+        print(line)
+    rows = [dict(part, mode=r["mode"], rank=rank) for r in records
+            for rank, part in enumerate(r.get("breakdown") or []) if part]
+    if rows:
+        print("# where a step goes, per rank, ms (medians over the timed steps; "
+              "harness/step_parts.py): forward, backward (its finalize: after the last "
+              "bucket's hand-over), optimizer; per step, summed over the buckets' pycomm jobs: "
+              "queued, running, to completion; CPU time per step of the compute thread, "
+              "pycomm's worker and completion lane, and the other threads")
+        print(BREAKDOWN_TABLE.header())
+        for row in rows:
+            print(BREAKDOWN_TABLE.row(row))
     slow = [r for r in records if r.get("speedup") and r["world_size"] > 1 and r["speedup"] < 1]
     if slow and not any(r["mode"] == "no-comm" for r in records):
         print("# speedup < 1: if the ranks outnumber the free cores, they slow each other's "
@@ -704,11 +926,13 @@ def parse_args(argv=None):
                         "as ResNet-50 trains on ImageNet; 32 on CPU, to fit a small host)")
     p.add_argument("--batch-size", type=int, default=32, metavar="IMAGES",
                    help="images per rank per step (default 32)")
-    p.add_argument("--steps", type=int, default=18, metavar="STEPS",
-                   help="timed steps per mode (18: five modes and the baseline in about the "
-                        "time three took at 25)")
+    p.add_argument("--rounds", type=int, default=6, metavar="N",
+                   help="rounds in turns: each round runs every mode for --steps timed steps "
+                        "(default 6)")
+    p.add_argument("--steps", type=int, default=3, metavar="STEPS",
+                   help="timed steps of each mode in each round (default 3: 18 in all)")
     p.add_argument("--warmup", type=int, default=3, metavar="STEPS",
-                   help="untimed steps per mode before them (default 3)")
+                   help="untimed steps of each mode before the rounds (default 3)")
     p.add_argument("--modes", default=DEFAULT_MODES, metavar="MODE[,MODE...]",
                    help=f"comma list of {', '.join(MODES)} (default {DEFAULT_MODES})")
     p.add_argument("--bucket-cap-mb", type=float, default=25.0, metavar="MiB",
@@ -748,7 +972,7 @@ def parse_args(argv=None):
     if args.image_size is None:
         args.image_size = 224 if args.device == "cuda" else 32
     args.nproc = list(dict.fromkeys(sizes))
-    for name in ("steps", "image_size", "batch_size", "classes"):
+    for name in ("steps", "rounds", "image_size", "batch_size", "classes"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')}: must be >= 1")
     if args.warmup < 0:
@@ -777,7 +1001,8 @@ def plan(args):
                     else ("decided on the GPU machine by bench/harness/peers/nccl.py", None))
     return dict(ranks=",".join(map(str, args.nproc)), device=args.device, modes=",".join(args.modes),
                 model=f"{args.model}, {args.image_size}px, batch {args.batch_size}",
-                steps=f"{args.warmup} warm-up + {args.steps} timed per mode",
+                steps=f"{args.warmup} warm-up + {args.rounds} rounds x {args.steps} timed "
+                      "per mode, in turns",
                 stock_backend=backend if why is None else f"{backend} ({why})")
 
 

@@ -417,7 +417,7 @@ runnable ddp_grads "needs pycomm with CUDA (import) and torchvision" ddp_ready &
     --batch-size 8 --json "$raw/ddp_grads.json"
 runnable ddp_resnet50 "needs pycomm with CUDA (import) and torchvision" ddp_ready &&
   gpu ddp_resnet50 python3 bench/ddp_resnet50.py --device cuda --nproc 2 \
-    --modes no-comm,stock,ring,ring-bf16 --steps 6 --warmup 2 --no-baseline \
+    --modes no-comm,sync-only,stock,ring,ring-bf16 --rounds 3 --steps 2 --warmup 2 --no-baseline \
     --json "$raw/ddp_resnet50.json" --plot ''
 note=
 # The CPU steps are no MPS clients (the daemon itself stops with the summary).

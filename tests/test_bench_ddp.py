@@ -1,5 +1,6 @@
 """bench/ddp_resnet50.py end to end: a tiny run (2 CPU ranks, resnet18, 16-pixel images,
-batch 4, 2 timed steps) through its command line, checking the JSON records and the PNG.
+batch 4, 2 rounds of 1 timed step) through its command line, checking the JSON records, the
+ratios round by round, the breakdown of a step and the PNG.
 
 One run serves every check (spawning ranks costs seconds on a 2-core host). On CPU ranks
 every mode must run; `backend` once `import pycomm` registers the "pycomm" backend (until
@@ -7,6 +8,7 @@ then it must say why it is unavailable).
 """
 import math
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +24,8 @@ SCRIPT = REPO / "bench" / "ddp_resnet50.py"
 sys.path.insert(0, str(SCRIPT.parent))
 from harness.launch import run_in_session  # noqa: E402
 HOOKED = ["stock", "ring", "ring-bf16"]          # timed through a comm hook
-MODES = ["no-comm", *HOOKED, "backend"]
+MODES = ["no-comm", "sync-only", *HOOKED, "backend"]
+ON_PYCOMM = ["sync-only", "ring", "ring-bf16", "backend"]  # their buckets are pycomm jobs
 HAS_BACKEND = "pycomm" in dist.Backend.backend_list
 REQUIRED = {"mode": str, "world_size": int, "step_time_s": float, "images_per_s": float,
             "speedup": float, "efficiency": float, "comm_share": float, "amdahl_f": float}
@@ -32,8 +35,8 @@ REQUIRED = {"mode": str, "world_size": int, "step_time_s": float, "images_per_s"
 def tiny_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("ddp")
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1")
-    cmd = [sys.executable, str(SCRIPT), "--device", "cpu", "--nproc", "2", "--steps", "2",
-           "--warmup", "1", "--image-size", "16", "--batch-size", "4", "--model", "resnet18",
+    cmd = [sys.executable, str(SCRIPT), "--device", "cpu", "--nproc", "2", "--rounds", "2",
+           "--steps", "1", "--warmup", "1", "--image-size", "16", "--batch-size", "4", "--model", "resnet18",
            "--modes", ",".join(MODES), "--json", str(out / "ddp.json"),
            "--plot", str(out / "ddp.png")]
     # Its own session, so that a hang is ended with every rank it spawned.
@@ -74,13 +77,22 @@ def test_json_schema(tiny_run):
         assert r["speedup"] == pytest.approx(2 * r["baseline_step_s"] / r["step_time_s"])
         assert r["efficiency"] == pytest.approx(r["speedup"] / 2)
         assert r["amdahl_f"] == pytest.approx(2 / r["speedup"] - 1)
-        assert r["over_no_comm"] == pytest.approx(r["step_time_s"] / no_comm)
-        assert len(r["step_times_s"]) == 2
+        # The ratios are taken round by round (the modes ran in turns): median and range.
+        assert len(r["step_times_s"]) == 2 and r["round_step_times_s"] == r["step_times_s"]
+        for key, ceiling in (("over_no_comm", "no-comm"), ("over_sync_only", "sync-only")):
+            each = [m / c for m, c in zip(r["round_step_times_s"],
+                                          by_mode[ceiling]["round_step_times_s"])]
+            assert r[key] == pytest.approx(statistics.median(each))
+            assert (r[key + "_min"], r[key + "_max"]) == pytest.approx((min(each), max(each)))
+        check_breakdown(mode, r)
         # resnet18 with 10 classes: 11,181,642 fp32 gradients in DDP's buckets.
         assert sum(r["bucket_bytes"]) == 11_181_642 * 4
         wire = 2 if mode == "ring-bf16" else 4
-        assert sum(r["wire_bytes"]) == 11_181_642 * wire
-        if mode == "no-comm":
+        if mode == "sync-only":  # one element per bucket
+            assert r["wire_bytes"] == [4] * r["buckets"]
+        else:
+            assert sum(r["wire_bytes"]) == 11_181_642 * wire
+        if mode in ("no-comm", "sync-only"):
             assert r["comm_alone_s"] == 0 and r["prediction"] is None
             continue
         assert math.isfinite(r["comm_alone_s"]) and r["comm_alone_s"] > 0, r
@@ -96,17 +108,39 @@ def test_json_schema(tiny_run):
         assert r["calibration"]["alpha_s"] >= 0
 
 
+def check_breakdown(mode, r):
+    """Each rank's parts of a step: the loop's marks always, the pycomm jobs' times for the
+    modes whose buckets pycomm runs, and the CPU time of the threads that ran."""
+    parts = r["breakdown"]
+    assert len(parts) == 2
+    for p in parts:
+        for key in ("forward", "backward", "optimizer"):
+            assert 0 < p[key] < r["step_time_s"] * 1.01, (mode, key, p)
+        assert p["buckets"] >= 1 and 0 <= p["finalize"] <= p["backward"], (mode, p)
+        assert p["cpu"]["main"] > 0
+        if mode in ON_PYCOMM:
+            assert p["queue"] >= 0 and p["run"] > 0 and p["complete"] >= 0, (mode, p)
+            assert p["cpu"].get("pycomm-worker", 0) > 0, (mode, p)
+        else:
+            assert p["queue"] is None and p["run"] is None, (mode, p)
+
+
 def test_png_and_table(tiny_run):
     out, proc = tiny_run
     png = (out / "ddp.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     assert "1-rank baseline" in proc.stdout
     assert "Amdahl f" in proc.stdout and "scaling model" in proc.stdout
-    assert "/no-comm" in proc.stdout and "target: backend and ring at most 1.03x" in proc.stdout
+    assert "/no-comm" in proc.stdout and "/sync-only" in proc.stdout
+    for line in ("target N=2: ring and backend at most 1.03x the sync-only step: ring ",
+                 "target N=2: ring and backend at most 1.03x the no-comm step: ring ",
+                 "target N=2: backend at most the ring's step + 1%: backend/ring ",
+                 "N=2: sync-only/no-comm ", "where a step goes"):
+        assert line in proc.stdout, line
     for mode in MODES:
         assert f"\n{mode} " in proc.stdout
     assert f"wrote {out / 'ddp.json'}" in proc.stdout
-    assert "timed" in proc.stderr  # the progress bars
+    assert "round 2/2" in proc.stderr  # the progress bar
 
 
 def test_sync_bn_refused_on_cpu():
@@ -120,9 +154,11 @@ def test_default_modes():
     import ddp_resnet50
 
     args = ddp_resnet50.parse_args([])
-    # no-comm is the ceiling every default run measures; backend and ring are judged by it.
-    assert args.modes[0] == "no-comm"
+    # no-comm and sync-only are the ceilings every default run measures; backend and ring are
+    # judged by them.
+    assert args.modes[:2] == ["no-comm", "sync-only"]
     assert {"stock", "ring", "backend"} <= set(args.modes)
+    assert (args.rounds, args.steps) == (6, 3)
 
 
 def test_unknown_mode_refused():

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "../core/errors.h"
+#include "../core/thread_name.h"
 
 namespace pycomm {
 namespace {
@@ -30,11 +31,25 @@ core::DataRegion region_of(int world, const core::CommConfig& config) {
 
 thread_local bool t_on_lane = false;
 
+uint64_t bytes_of(const std::vector<at::Tensor>& tensors) {
+  uint64_t n = 0;
+  for (const auto& t : tensors) n += uint64_t(t.nbytes());
+  return n;
+}
+
 WorkItem::WorkItem(Job j) : job(std::move(j)) {
   future = c10::make_intrusive<c10::ivalue::Future>(result_type(job), job.devices);
 }
 
 void WorkItem::finish(std::exception_ptr err) {
+  complete(std::move(err));
+  if (traced) {
+    times.completed_ns = now_ns();  // markCompleted ran the callbacks
+    JobTrace::add(times);
+  }
+}
+
+void WorkItem::complete(std::exception_ptr err) {
   // A CUDA future records its completion on the current stream of its device:
   // make that the stream the work ran on.
   c10::OptionalStreamGuard on_stream(job.stream);
@@ -83,6 +98,7 @@ void Completions::post(std::shared_ptr<WorkItem> item, std::exception_ptr err) {
 
 void Completions::loop() {
   t_on_lane = true;
+  core::name_this_thread("pycomm-lane");
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     cv_.wait(lock, [&] { return !queue_.empty() || stopping_; });
@@ -162,6 +178,10 @@ void Communicator::release_claim() {
 std::shared_ptr<WorkItem> Communicator::enqueue(Job job) {
   auto item = std::make_shared<WorkItem>(std::move(job));
   item->from_lane = Completions::on_lane();
+  if (JobTrace::on()) {
+    item->traced = true;
+    item->times = JobTimes{item->job.what, bytes_of(item->job.outputs), true, now_ns(), 0, 0, 0};
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closing_) throw core::CommError("rank " + std::to_string(rank()) + ": the communicator is closed");
@@ -188,6 +208,7 @@ std::exception_ptr Communicator::run(const Job& job) {
 }
 
 void Communicator::worker_loop() {
+  core::name_this_thread("pycomm-worker");
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     const bool woken = cv_.wait_for(lock, kBackupIdle, [&] {
@@ -206,10 +227,12 @@ void Communicator::worker_loop() {
     busy_ = true;
     const bool closing = closing_;
     lock.unlock();
+    if (item->traced) item->times.started_ns = now_ns();
     std::exception_ptr err =
         closing ? std::make_exception_ptr(core::CommError("rank " + std::to_string(rank()) +
                                                           ": the communicator was closed"))
                 : run(item->job);
+    if (item->traced) item->times.ended_ns = now_ns();
     if (item->from_lane) {
       // A callback on the lane waits for this one: complete it here.
       item->finish(std::move(err));

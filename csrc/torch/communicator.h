@@ -27,6 +27,7 @@
 #include "../core/collectives/collectives.h"
 #include "../core/p2p/p2p_engine.h"
 #include "../core/tuning.h"
+#include "job_trace.h"
 
 namespace pycomm {
 
@@ -51,7 +52,12 @@ struct Job {
   // work ran on (the future's consumers wait for it there).
   std::vector<c10::Device> devices;
   std::optional<c10::Stream> stream;
+  // Its name in the job trace (a string literal).
+  const char* what = "collective";
 };
+
+// The bytes of a job's output tensors, for the trace.
+uint64_t bytes_of(const std::vector<at::Tensor>& tensors);
 
 // A job that went through the queue. `future` completes with its outputs (or
 // the error); completing it runs the callbacks chained on it (future.then).
@@ -61,6 +67,9 @@ struct WorkItem {
   c10::intrusive_ptr<c10::ivalue::Future> future;
   // Issued by a callback on the completion lane: completed by the worker.
   bool from_lane = false;
+  // Its record, when the job trace was on as it was queued.
+  bool traced = false;
+  JobTimes times;
 
   // Records the outcome (null: success), then completes the future.
   void finish(std::exception_ptr err);
@@ -71,6 +80,8 @@ struct WorkItem {
   std::exception_ptr error() const;
 
  private:
+  void complete(std::exception_ptr err);  // finish's part that completes the future
+
   mutable std::mutex mu_;
   std::exception_ptr error_;  // the typed exception, for wait(); set before the future completes
 };
@@ -114,10 +125,13 @@ class Communicator {
   // Runs body(context) in the caller's thread if nothing is queued or
   // running, and returns true (or throws body's error). False: the caller
   // queues it instead. A synchronous call that finds the communicator idle
-  // thus skips the thread hop and allocates nothing.
+  // thus skips the thread hop and allocates nothing. `what` and `bytes`
+  // describe it in the job trace.
   template <class Body>
-  bool run_if_idle(const Body& body) {
+  bool run_if_idle(const Body& body, const char* what, uint64_t bytes) {
     if (!claim_if_idle()) return false;
+    JobTimes times;
+    if (JobTrace::on()) times = JobTimes{what, bytes, false, now_ns(), now_ns(), 0, 0};
     try {
       body(*context_);
     } catch (...) {
@@ -125,6 +139,10 @@ class Communicator {
       throw;
     }
     release_claim();
+    if (times.queued_ns) {
+      times.ended_ns = times.completed_ns = now_ns();
+      JobTrace::add(times);
+    }
     return true;
   }
   // Queues `job` for the worker thread; its item completes its future.

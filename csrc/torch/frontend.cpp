@@ -118,6 +118,27 @@ void check_root(int64_t root, int size, const char* arg) {
   TORCH_CHECK_VALUE(root >= 0 && root < size, arg, ": rank ", root, " is not in this group of ", size);
 }
 
+// A job's name in the trace: a literal, where c10d's opTypeToString makes a
+// string on every call.
+const char* op_name(c10d::OpType type) {
+  switch (type) {
+    case c10d::OpType::ALLREDUCE: return "allreduce";
+    case c10d::OpType::BROADCAST: return "broadcast";
+    case c10d::OpType::REDUCE: return "reduce";
+    case c10d::OpType::ALLGATHER: return "allgather";
+    case c10d::OpType::_ALLGATHER_BASE: return "_allgather_base";
+    case c10d::OpType::ALLGATHER_COALESCED: return "allgather_coalesced";
+    case c10d::OpType::REDUCE_SCATTER: return "reduce_scatter";
+    case c10d::OpType::_REDUCE_SCATTER_BASE: return "_reduce_scatter_base";
+    case c10d::OpType::ALLTOALL: return "alltoall";
+    case c10d::OpType::ALLTOALL_BASE: return "alltoall_base";
+    case c10d::OpType::BARRIER: return "barrier";
+    case c10d::OpType::GATHER: return "gather";
+    case c10d::OpType::SCATTER: return "scatter";
+    default: return "collective";
+  }
+}
+
 }  // namespace
 
 Backend::Backend(int rank, int size, std::shared_ptr<Communicator> comm,
@@ -174,7 +195,8 @@ c10::intrusive_ptr<c10d::Work> Backend::launch(c10d::OpType type, Job job, bool 
   // runs in its thread when the communicator is idle: no hand-off to the
   // worker. Anything asynchronous (DDP's buckets, FSDP) goes to the worker,
   // so it overlaps the caller's compute.
-  if (!async_op && comm_->run_if_idle(job.body)) {
+  job.what = op_name(type);
+  if (!async_op && comm_->run_if_idle(job.body, job.what, bytes_of(job.outputs))) {
     auto item = std::make_shared<WorkItem>(std::move(job));
     item->finish(nullptr);
     return c10::make_intrusive<Work>(getRank(), type, std::move(item));

@@ -100,11 +100,14 @@ py::object all_reduce(Communicator& comm, const at::Tensor& tensor, const std::s
     bool ran;
     {
       py::gil_scoped_release no_gil;
-      ran = on_cuda ? comm.run_if_idle(job.body)
-                    : comm.run_if_idle([&a](const core::Context& ctx) { core::all_reduce(ctx, a); });
+      const uint64_t bytes = uint64_t(tensor.nbytes());
+      ran = on_cuda ? comm.run_if_idle(job.body, "all_reduce", bytes)
+                    : comm.run_if_idle([&a](const core::Context& ctx) { core::all_reduce(ctx, a); },
+                                       "all_reduce", bytes);
     }
     if (ran) return py::none();  // with the GIL held again
   }
+  job.what = "all_reduce";
   if (!on_cuda) {
     job.outputs = {tensor};
     job.body = [a](const core::Context& ctx) { core::all_reduce(ctx, a); };
@@ -225,8 +228,9 @@ PYBIND11_MODULE(_C, m) {
       .def("barrier", [](Communicator& c) {
              Job job;
              job.body = [](const core::Context& ctx) { core::barrier(ctx); };
+             job.what = "barrier";
              py::gil_scoped_release no_gil;
-             if (!c.run_if_idle(job.body)) c.enqueue(std::move(job))->wait();
+             if (!c.run_if_idle(job.body, "barrier", 0)) c.enqueue(std::move(job))->wait();
            })
       .def("close", &Communicator::close, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("rank", &Communicator::rank)
@@ -268,6 +272,21 @@ PYBIND11_MODULE(_C, m) {
         },
         py::arg("op"), py::arg("algorithm"),
         "ValueError unless pycomm.all_reduce takes `op` and `algorithm`.");
+  m.def("trace_set", &JobTrace::set, py::arg("on"),
+        "Turns the job trace on or off (pycomm.tools.trace); either way it starts empty.");
+  m.def("trace_take",
+        [] {
+          uint64_t dropped = 0;
+          std::vector<JobTimes> records = JobTrace::take(&dropped);
+          py::list out;
+          for (const JobTimes& t : records) {
+            out.append(py::make_tuple(t.what, t.bytes, t.queued, t.queued_ns, t.started_ns,
+                                      t.ended_ns, t.completed_ns));
+          }
+          return py::make_tuple(out, dropped);
+        },
+        "(records, dropped): each record (what, bytes, queued, queued_ns, started_ns, ended_ns, "
+        "completed_ns) on CLOCK_MONOTONIC; the trace is emptied.");
   m.def("new_segment_name", &core::new_segment_name, py::arg("tag") = "");
   m.def("remove_stale_segments", &core::remove_stale_segments,
         "Unlinks pycomm segments whose creating process no longer runs.");

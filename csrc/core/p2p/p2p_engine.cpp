@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "../errors.h"
+#include "../thread_name.h"
 #include "../transport/wait_primitives.h"
 
 namespace pycomm::core {
@@ -192,6 +193,7 @@ uint64_t P2PEngine::unexpected_messages() {
 }
 
 void P2PEngine::helper_loop() {
+  name_this_thread("pycomm-p2p");
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     helper_cv_.wait(lock, [&] { return closing_ || (helped_ > 0 && waiters_ == 0); });
