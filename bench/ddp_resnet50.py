@@ -11,15 +11,18 @@ prediction of the step.
 
 Every rank trains torchvision's resnet50 (weights=None) on a synthetic data set (random
 uint8 images and labels from a fixed seed, the same on every rank) that DistributedSampler
-shards. The modes run one after another in one invocation, each on a fresh model with the
-same initial weights:
+shards. Every mode is built first, each on its own model with the same initial weights; then
+they run in turns: each mode's warm-up steps, then --rounds rounds of --steps timed steps of
+each mode, every round starting one mode further on. A slow spell of a shared host thus
+lands on every mode alike, and shows in the rounds' spread rather than in one mode's time.
 
     no-comm    DDP with a hook that reduces nothing: N ranks computing side by side with
-               no communication. It is the ceiling of every other mode: on a host with fewer
-               free cores than ranks it shows how much of TN - T1 is the ranks competing for
-               the cores, not the all-reduce. Each mode's step / the no-comm step is the
-               `/no-comm` column (the issue's target: backend and ring <= 1.03). It runs
-               first and again last; the faster of the two is the ceiling.
+               no communication. On a host with fewer free cores than ranks it shows how
+               much of TN - T1 is the ranks competing for the cores, not the all-reduce.
+    sync-only  DDP whose hook all-reduces one element per bucket (on pycomm's worker, as
+               the ring's buckets go; the stock backend where pycomm cannot run): every rank
+               waits for the slowest at each bucket, as in every mode, but no gradient bytes
+               move. What a mode adds over it is what moving the bytes costs.
     stock      DDP's all-reduce on the stock backend (gloo on CPUs, NCCL on GPUs; gloo on
                ranks that share a GPU where NCCL refuses that, as before 2.30), through
                torch's allreduce_hook: the Python twin of DDP's built-in path (divide the
@@ -30,18 +33,30 @@ same initial weights:
                "pycomm"), what init_process_group("cpu:pycomm") gives every collective):
                DDP's own C++ path. With no hook there is nothing to mark a bucket's
                hand-over and completion, so its in-training comm and exposed columns are
-               "-"; "alone" is measured as for the others, on DDP's own bucket sizes.
+               "-" (pycomm's job trace still times its buckets for the breakdown); "alone" is
+               measured as for the others, on DDP's own bucket sizes.
 
-The default modes are no-comm, stock, ring, ring-bf16 and backend. A mode that cannot run
-here (a ring mode on a CUDA device while pycomm's CUDA transport is missing; backend while
-`import pycomm` registers no "pycomm" backend, or not for this device) is reported as
-unavailable with the reason.
+The default modes are no-comm, sync-only, stock, ring, ring-bf16 and backend. A mode that
+cannot run here (a ring mode on a CUDA device while pycomm's CUDA transport is missing;
+backend while `import pycomm` registers no "pycomm" backend, or not for this device) is
+reported as unavailable with the reason.
 
 What is timed. A step is zero_grad + forward + backward (which includes DDP's wait for the
-all-reduce of every bucket) + optimizer step, on a batch already on the device: the
-synthetic input pipeline is not part of what is compared. Each step's time is that of the
-slowest rank (DDP's steps end together anyway); the table gives the median over the timed
-steps, after warm-up steps that are not timed.
+all-reduce of every bucket) + optimizer step, on a batch already on the device, after a
+barrier (every rank starts it together): the synthetic input pipeline is not part of what is
+compared. Each step's time is that of the slowest rank; the table gives the median over the
+timed steps. `/no-comm` and `/sync-only` are taken round by round (a mode's median step in a
+round over the ceiling's in the same round): the median over the rounds, and their range. The
+targets: ring and backend at most 1.03x the sync-only (and the no-comm) step, backend at most
+the ring's step + 1%. When the ranks' compute threads fill every core, whatever CPU time the
+all-reduce takes comes out of theirs, so a mode's step cannot go below sync-only + N x (the
+CPU time its buckets take alone) / cores: the bench prints that floor.
+
+Where a step goes (CPU ranks). Each rank marks the end of forward, backward and the
+optimizer; the comm hook marks each bucket's hand-over; pycomm's job trace
+(pycomm.tools.trace) times each bucket's queue, run and completion; /proc gives the CPU time
+of the compute thread and of pycomm's named threads (harness/step_parts.py,
+harness/thread_cpu.py). A second table prints the medians, per rank.
 
 The 1-rank baseline (T1). Rank 0 alone trains a plain (non-DDP, no SyncBatchNorm) copy of
 the same model on batches of the same per-rank size, forward + backward + optimizer step,
@@ -425,7 +440,8 @@ def mode_hook(mode, world):
     op = "avg" if compression is None else "sum"
 
     def issue(t):
-        return pycomm.all_reduce(t, op=op, async_op=True)
+        # As ring_hook calls it: no restore copy (DDP discards a failed step's buckets).
+        return pycomm.all_reduce(t, op=op, async_op=True, restore_on_failure=False)
 
     wire = {None: None, "bf16": torch.bfloat16, "fp16": torch.float16}[compression]
     return RingState(compression=compression), ring_hook, wire, issue
@@ -442,12 +458,13 @@ def ddp_buckets(ddp):
 
 
 def comm_alone(world, buckets, issue):
-    """Median seconds to all-reduce `buckets` (numel, gradient dtype, wire dtype) with no
-    compute."""
+    """(median seconds to all-reduce `buckets` (numel, gradient dtype, wire dtype) with no
+    compute, and the CPU seconds per call of the threads besides the caller's: pycomm's
+    worker and lane, or gloo's; mean over the ranks)."""
     import torch
 
     if issue is None:
-        return 0.0
+        return 0.0, 0.0
     tensors = [torch.zeros(n, dtype=wire, device=world.device) for n, _, wire in buckets]
 
     def once():
@@ -463,8 +480,12 @@ def comm_alone(world, buckets, issue):
     # A warm-up call, whose time (the same on every rank) fixes the repetitions: about 1 s.
     first = world.reduce([once()], world.dist.ReduceOp.MAX)[0]
     n = int(min(ALONE_REPS[1], max(ALONE_REPS[0], 1.0 / max(first, 1e-6))))
+    before = thread_cpu.snapshot()
     samples = [once() for _ in range(n)]
-    return world.reduce([statistics.median(samples)], world.dist.ReduceOp.MAX)[0]
+    spent = thread_cpu.since(before)
+    cpu = sum(v for k, v in spent.items() if k != "main") / n
+    seconds = world.reduce([statistics.median(samples)], world.dist.ReduceOp.MAX)[0]
+    return seconds, world.reduce([cpu])[0] / world.size
 
 
 def calibration_sweep(world, with_pycomm: bool):
@@ -554,7 +575,7 @@ def mode_record(world, args, trainer, t1, cals):
                                             torch.distributed.ReduceOp.SUM)]
         comm, exposed = comm[:len(times)], comm[len(times):]
         comm_s, exposed_s = statistics.median(comm), statistics.median(exposed)
-    alone = comm_alone(world, buckets, trainer.issue)
+    alone, alone_cpu = comm_alone(world, buckets, trainer.issue)
     parts = [None] * N
     world.dist.all_gather_object(parts, breakdown(trainer) if trainer.parts else None)
 
@@ -569,7 +590,7 @@ def mode_record(world, args, trainer, t1, cals):
         comm_share=None if comm_s is None else comm_s / step,
         exposed_share=None if exposed_s is None else exposed_s / step,
         compute_s=None if exposed_s is None else step - exposed_s,
-        comm_alone_s=alone, comm_alone_share=alone / step,
+        comm_alone_s=alone, comm_alone_share=alone / step, comm_alone_cpu_s=alone_cpu,
         buckets=len(buckets), bucket_bytes=grad_bytes, wire_bytes=wire_bytes,
         grad_bytes=sum(grad_bytes), calibration=None, prediction=None,
         breakdown=parts if any(parts) else None,
@@ -739,7 +760,8 @@ MODE_TABLE = Table([
     Column("comm ms", 7, "comm_s", ".1f", 1e3), Column("exposed", 7, "exposed_comm_s", ".1f", 1e3),
     Column("share", 6, "comm_share", ".1%"), None,
     Column("alone ms", 8, "comm_alone_s", ".1f", 1e3),
-    Column("share", 6, "comm_alone_share", ".1%"), None,
+    Column("share", 6, "comm_alone_share", ".1%"), Column("cpu ms", 6, "comm_alone_cpu_s", ".1f", 1e3),
+    None,
     Column("Amdahl f", 8, "amdahl_f", ".3f")])
 
 
@@ -749,8 +771,8 @@ def _part(name, group=None):
 
 
 BREAKDOWN_TABLE = Table([
-    Column("mode", 10, "mode", align="<"), Column("rank", 4, "rank", "d"),
-    Column("forward", 7, _part("forward"), ".1f", 1e3),
+    Column("mode", 10, "mode", align="<"), Column("N", 3, "world_size", "d"),
+    Column("rank", 4, "rank", "d"), Column("forward", 7, _part("forward"), ".1f", 1e3),
     Column("backward", 8, _part("backward"), ".1f", 1e3),
     Column("finalize", 8, _part("finalize"), ".2f", 1e3),
     Column("optim", 6, _part("optimizer"), ".1f", 1e3), None,
@@ -783,6 +805,18 @@ def _verdict(value, target) -> str:
     return "met" if value <= target else "MISSED"
 
 
+def floor_over_sync_only(record, sync):
+    """The least step / sync-only step a mode can reach when its ranks' compute threads
+    already fill every core: whatever CPU time its all-reduce takes (measured alone) comes
+    out of theirs. None where cores are left over, or nothing was measured."""
+    if sync is None or not record.get("comm_alone_cpu_s") or record["device"] != "cpu":
+        return None
+    n, cores = record["world_size"], record["cores"]
+    if n * record["threads"] < cores:
+        return None
+    return 1 + n * record["comm_alone_cpu_s"] / (cores * sync["step_time_s"])
+
+
 def targets(records):
     """The target lines: ring and backend against sync-only and no-comm, and backend against
     the ring, each from the rounds' ratios (median, and range over the rounds)."""
@@ -809,6 +843,12 @@ def targets(records):
                          f"{BACKEND_OVER_RING:.0%}: backend/ring {med:.3f} ({min(each):.3f}-"
                          f"{max(each):.3f}, {_verdict(med, 1 + BACKEND_OVER_RING)})")
         sync = by_mode.get("sync-only")
+        floors = [(r["mode"], floor_over_sync_only(r, sync)) for r in judged]
+        floors = [(m, f) for m, f in floors if f is not None]
+        if floors:
+            lines.append(f"# N={n}: the floor when the ranks' compute threads fill every core "
+                         "(sync-only + the CPU time the same buckets take alone, ranks x cpu ms "
+                         "/ cores): " + "; ".join(f"{m} {f:.3f}x" for m, f in floors))
         if sync is not None and sync.get("over_no_comm") is not None:
             lines.append(f"# N={n}: sync-only/no-comm {sync['over_no_comm']:.3f} "
                          f"({sync['over_no_comm_min']:.3f}-{sync['over_no_comm_max']:.3f}): what "
@@ -856,10 +896,12 @@ def report(records, args):
           "same round (no-comm: communication costs nothing; sync-only: one element per bucket, "
           "so only the waiting for the slowest rank), and the rounds' range; comm: time a "
           "bucket was in flight per step (hook futures; '-': no hook); exposed: the wait after "
-          "backward; alone: the same buckets all-reduced with no compute; share = of the step")
+          "backward; alone: the same buckets all-reduced with no compute, and its cpu: the CPU "
+          "time per call of the threads besides the caller's (pycomm's worker and lane, or "
+          "gloo's), per rank; share = of the step")
     for line in targets(records):
         print(line)
-    rows = [dict(part, mode=r["mode"], rank=rank) for r in records
+    rows = [dict(part, mode=r["mode"], world_size=r["world_size"], rank=rank) for r in records
             for rank, part in enumerate(r.get("breakdown") or []) if part]
     if rows:
         print("# where a step goes, per rank, ms (medians over the timed steps; "

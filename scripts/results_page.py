@@ -295,20 +295,28 @@ def training_tables(name: str, path: str, doc: dict) -> List[str]:
                f"(stock backend {first.get('backend', '?')}); N = {', '.join(map(str, world))}; "
                f"{first.get('image_size', '?')}x{first.get('image_size', '?')} images, batch "
                f"{first.get('batch_size', '?')} per rank, {first.get('threads', '?')} thread(s) "
-               f"per rank; median of {first.get('steps', '?')} timed steps after "
-               f"{first.get('warmup', '?')} warm-up")
+               f"per rank; "
+               + (f"the modes in turns, {first['rounds']} rounds of {first.get('steps', '?')} "
+                  f"timed steps each" if first.get("rounds") else
+                  f"median of {first.get('steps', '?')} timed steps")
+               + f" after {first.get('warmup', '?')} warm-up; the .txt beside the file has "
+               "the bench's breakdown of a step, where it printed one")
     base = next((r for r in rows if r.get("mode") == "baseline"), None)
     if base is not None:
         ips = base.get("images_per_s")
         out.append(f"- 1-rank baseline (rank 0 alone, no DDP): T1 = {ms(base.get('step_time_s'))} ms "
                    f"per step, {fixed(1)(ips)} images/s")
     out.append("- /no-comm: the step over the no-comm step of the same ranks (1.0: communication "
-               "costs nothing); comm: the time a bucket was in flight per step (hook futures; "
+               "costs nothing), /sync-only: over the step that all-reduces one element per bucket "
+               "(only the waiting for the slowest rank); both the median over rounds in which "
+               "the modes ran in turns, with the rounds' range (files made before the rounds: "
+               "'-'); comm: the time a bucket was in flight per step (hook futures; "
                "'-' without a hook); exposed: the wait after backward; alone: the same buckets "
                "all-reduced with no compute; shares are of the step; ±: (slowest - fastest) / "
                "median of the timed steps")
-    header = ["mode", "N", "step ms", "±", "/no-comm", "images/s", "speedup", "eff", "comm ms",
-              "exposed ms", "share", "alone ms", "alone share", "Amdahl f"]
+    header = ["mode", "N", "step ms", "±", "/no-comm", "rounds", "/sync-only", "rounds",
+              "images/s", "speedup", "eff", "comm ms", "exposed ms", "share", "alone ms",
+              "alone share", "Amdahl f"]
     body = []
     for r in rows:
         if r.get("mode") == "baseline":
@@ -322,6 +330,8 @@ def training_tables(name: str, path: str, doc: dict) -> List[str]:
         spread = ((max(steps) - min(steps)) / med) if steps and med else None
         body.append([cell(r.get("mode")), integer(r.get("world_size")), ms(med),
                      percent(spread, 0), fixed(3)(r.get("over_no_comm")),
+                     ratio_range(r, "over_no_comm"), fixed(3)(r.get("over_sync_only")),
+                     ratio_range(r, "over_sync_only"),
                      fixed(1)(r.get("images_per_s")), fixed(3)(r.get("speedup")),
                      percent(r.get("efficiency")), ms(r.get("comm_s")),
                      ms(r.get("exposed_comm_s")), percent(r.get("comm_share")),
@@ -471,10 +481,14 @@ def headline(results_dir: str, page_link: str = "docs/results.md") -> List[str]:
                if m in by_mode and not _missing(by_mode[m].get("over_no_comm"))]
         if len(got) == 3:
             (_, backend), (_, ring), (_, stock) = got
+            waits = [by_mode[m].get("over_sync_only") for m in ("backend", "ring")]
+            against_sync = ("" if any(_missing(w) for w in waits) else
+                            f"; against the step that only waits for the slowest rank "
+                            f"(one element per bucket), {waits[0]:.2f}x and {waits[1]:.2f}x")
             lines.append(
                 f"- **ResNet-50 under DDP, 2 CPU ranks**: against the same step with no "
                 f"communication at all, a step takes {backend:.2f}x on the pycomm backend, "
-                f"{ring:.2f}x with `pycomm.ring_hook`, and {stock:.2f}x on gloo "
+                f"{ring:.2f}x with `pycomm.ring_hook`, and {stock:.2f}x on gloo{against_sync} "
                 f"([table]({page_link}#{anchor('ddp_resnet50_2ranks')})). Made by "
                 f"{made_by(path, doc['meta'])}.")
     # Wrapped as the rest of README is (a break inside `code` reads as a space), never
@@ -484,6 +498,12 @@ def headline(results_dir: str, page_link: str = "docs/results.md") -> List[str]:
 
     return [textwrap.fill(glue(line), width=96, subsequent_indent="  ", break_long_words=False,
                           break_on_hyphens=False).replace("\0", " ") for line in lines]
+
+
+def ratio_range(r, key) -> str:
+    """A ratio's range over the rounds, or '-'."""
+    lo, hi = r.get(key + "_min"), r.get(key + "_max")
+    return "-" if _missing(lo) or _missing(hi) else f"{lo:.3f}-{hi:.3f}"
 
 
 def with_headline(readme: str, lines: Sequence[str]) -> str:

@@ -96,6 +96,8 @@ def test_json_schema(tiny_run):
             assert r["comm_alone_s"] == 0 and r["prediction"] is None
             continue
         assert math.isfinite(r["comm_alone_s"]) and r["comm_alone_s"] > 0, r
+        # The threads that ran the buckets alone held a core for some of that time.
+        assert 0 < r["comm_alone_cpu_s"] < 10 * r["comm_alone_s"], r
         if mode in HOOKED:
             assert math.isfinite(r["comm_s"]) and r["comm_s"] > 0, r
             assert 0 < r["comm_share"] and 0 <= r["exposed_share"] <= 1
@@ -135,7 +137,8 @@ def test_png_and_table(tiny_run):
     for line in ("target N=2: ring and backend at most 1.03x the sync-only step: ring ",
                  "target N=2: ring and backend at most 1.03x the no-comm step: ring ",
                  "target N=2: backend at most the ring's step + 1%: backend/ring ",
-                 "N=2: sync-only/no-comm ", "where a step goes"):
+                 "N=2: sync-only/no-comm ", "where a step goes",
+                 "N=2: the floor when the ranks' compute threads fill every core"):
         assert line in proc.stdout, line
     for mode in MODES:
         assert f"\n{mode} " in proc.stdout

@@ -125,3 +125,17 @@ print("ok")
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_spins_are_zero_only_when_ranks_outnumber_cores(monkeypatch):
+    from pycomm import _tables
+
+    for var in ("PYCOMM_SPIN_US", "PYCOMM_STREAM_SPIN_US"):
+        monkeypatch.delenv(var, raising=False)
+    # A ring stream's wait spins about the time the peer takes to fill a 256 KiB buffer.
+    assert _tables.default_config(2, 2)["stream_spin_us"] == 64
+    assert _tables.default_config(2, 2)["spin_us"] == 20
+    for name in ("spin_us", "stream_spin_us"):
+        assert _tables.default_config(3, 2)[name] == 0
+    monkeypatch.setenv("PYCOMM_STREAM_SPIN_US", "5")
+    assert config.communicator_config(2, 1.0)["stream_spin_us"] == 5

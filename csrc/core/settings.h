@@ -20,6 +20,17 @@
      98 us with a 20 us spin, 16 us without). */                                                   \
   X(spin_us, wait.spin_us, "PYCOMM_SPIN_US", "us", 1, (world <= cores ? 20.0 : 0.0),              \
     "a waiting rank spins this long before it yields (0 when ranks outnumber cores)")            \
+  /* Inside a stream (the ring's links, after the handshake: both ranks are there), the next     \
+     buffer comes once the peer has filled one, 256 KiB at a few GB/s: about 50-60 us. A spin     \
+     shorter than that gives up on a peer that is running and hands the core to whoever waits    \
+     for it (DDP's backward), and the stream stalls a time slice. ResNet-50 under DDP, 2 ranks,  \
+     2 rounds each in turns: the buckets' all-reduces ran 107-131 ms a step with a 20 us spin,   \
+     42-59 ms with 60 us; the worker's CPU time 19.5-19.9 -> 18.1-18.3 ms a step; backend over    \
+     sync-only 1.039/1.039 -> 1.026/1.017. 200 us burned more CPU (18.9-19.9 ms). */              \
+  X(stream_spin_us, wait.stream_spin_us, "PYCOMM_STREAM_SPIN_US", "us", 1,                         \
+    (world <= cores ? 64.0 : 0.0),                                                                 \
+    "a rank waiting for the next buffer of a ring stream spins this long before it yields "      \
+    "(0 when ranks outnumber cores)")                                                              \
   X(yield_us, wait.yield_us, "PYCOMM_YIELD_US", "us", 1, 200.0,                                    \
     "then yields this long before it sleeps on a futex")                                          \
   X(slot_bytes, data.slot_bytes, "PYCOMM_DIRECT_KB", "KiB", 1024, size_t(256 * 1024),              \

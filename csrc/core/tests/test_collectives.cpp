@@ -78,6 +78,7 @@ Config small_buffers() {
   c.data.link_buffers = 2;
   c.wait.timeout_s = 20;
   c.wait.spin_us = 2;
+  c.wait.stream_spin_us = 2;
   c.wait.yield_us = 20;
   return c;
 }

@@ -146,10 +146,11 @@ void Session::publish(std::atomic<uint64_t>& word, uint64_t value, int writer) {
 }
 
 void Session::wait_at_least(const std::atomic<uint64_t>& word, uint64_t target, int writer,
-                            int peer, const char* waiting_for) {
+                            int peer, const char* waiting_for, bool mid_stream) {
   if (word.load(std::memory_order_acquire) >= target) return;
   const uint64_t start = monotonic_ns();
-  const uint64_t spin_end = start + uint64_t(policy_.spin_us * 1e3);
+  const double spin_us = mid_stream ? policy_.stream_spin_us : policy_.spin_us;
+  const uint64_t spin_end = start + uint64_t(spin_us * 1e3);
   const uint64_t yield_end = spin_end + uint64_t(policy_.yield_us * 1e3);
   uint64_t now = start;
   while (now < spin_end) {

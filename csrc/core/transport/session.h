@@ -37,6 +37,9 @@ struct WaitPolicy {
   // long enough to catch a peer arriving at once, short enough not to starve
   // a peer that shares the core.
   double spin_us = 20.0;
+  // The spin of a wait inside a stream (a ring link's next buffer), where the
+  // peer is known to be there and busy filling it (settings.h says why longer).
+  double stream_spin_us = 64.0;
   double yield_us = 200.0;
 };
 
@@ -92,10 +95,12 @@ class Session {
 
   // `word` is written by rank `writer` alone. publish() stores and wakes its
   // sleepers; wait_at_least() returns once word >= target, or throws
-  // CommTimeout naming `peer` and what it was `waiting_for`.
+  // CommTimeout naming `peer` and what it was `waiting_for`. `mid_stream`: the
+  // writer is inside the same collective, producing what is waited for (the
+  // policy's stream_spin_us), rather than still on its way to it (spin_us).
   void publish(std::atomic<uint64_t>& word, uint64_t value, int writer);
   void wait_at_least(const std::atomic<uint64_t>& word, uint64_t target, int writer, int peer,
-                     const char* waiting_for);
+                     const char* waiting_for, bool mid_stream = false);
 
   // Fails as wait_at_least would when the session was aborted or a peer
   // exited. For waits that happen elsewhere (a GPU kernel's, polled by its

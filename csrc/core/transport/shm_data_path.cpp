@@ -78,8 +78,9 @@ const void* const* ShmDataPath::slots() {
 void* ShmDataPath::send_buffer(int peer) {
   const uint64_t m = sent_[size_t(peer)];
   if (m >= link_buffers_) {
+    // Links carry a collective's stream after its handshake: the peer is in it.
     session_.wait_at_least(link(rank_, peer).ack.acked, m - link_buffers_ + 1, peer, peer,
-                           "to read a buffer this rank sent it");
+                           "to read a buffer this rank sent it", /*mid_stream=*/true);
   }
   return link_buffer(rank_, peer, m);
 }
@@ -91,7 +92,8 @@ void ShmDataPath::send_commit(int peer) {
 
 const void* ShmDataPath::recv_buffer(int peer) {
   const uint64_t m = received_[size_t(peer)];
-  session_.wait_at_least(link(peer, rank_).sent.sent, m + 1, peer, peer, "to send data");
+  session_.wait_at_least(link(peer, rank_).sent.sent, m + 1, peer, peer, "to send data",
+                         /*mid_stream=*/true);
   return link_buffer(peer, rank_, m);
 }
 
