@@ -394,6 +394,8 @@ def mode_hook(mode, world):
     one tensor for the comm-alone measurement, or None)."""
     import torch
 
+    import pycomm
+
     if mode == "no-comm":
         def no_comm_hook(state, bucket):
             fut = torch.futures.Future()
@@ -406,8 +408,6 @@ def mode_hook(mode, world):
         # where it runs here; else the stock backend): every rank waits for the slowest at
         # each bucket, as in every mode, and no gradient bytes move.
         if world.sync_with_pycomm:
-            import pycomm
-
             def sync(flag):
                 return pycomm.all_reduce(flag, async_op=True)
         else:
@@ -433,7 +433,6 @@ def mode_hook(mode, world):
             return world.dist.all_reduce(t, group=world.pycomm_group, async_op=True)
 
         return None, None, None, issue
-    import pycomm
     from pycomm.hooks import RingState, ring_hook
 
     compression = MODES[mode]

@@ -58,7 +58,6 @@ def test_json_schema(tiny_run):
     assert set(by_mode) == {"baseline", *MODES}
     base = by_mode["baseline"]
     assert base["world_size"] == 1 and base["speedup"] == pytest.approx(1.0)
-    no_comm = by_mode["no-comm"]["step_time_s"]
     for mode in MODES:
         r = by_mode[mode]
         if mode == "backend" and not HAS_BACKEND:

@@ -44,7 +44,7 @@ WorkItem::WorkItem(Job j) : job(std::move(j)) {
 void WorkItem::finish(std::exception_ptr err) {
   complete(std::move(err));
   if (traced) {
-    times.completed_ns = now_ns();  // markCompleted ran the callbacks
+    times.completed_ns = core::monotonic_ns();  // markCompleted ran the callbacks
     JobTrace::add(times);
   }
 }
@@ -180,7 +180,7 @@ std::shared_ptr<WorkItem> Communicator::enqueue(Job job) {
   item->from_lane = Completions::on_lane();
   if (JobTrace::on()) {
     item->traced = true;
-    item->times = JobTimes{item->job.what, bytes_of(item->job.outputs), true, now_ns(), 0, 0, 0};
+    item->times = JobTimes{item->job.what, bytes_of(item->job.outputs), true, core::monotonic_ns(), 0, 0, 0};
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -227,12 +227,12 @@ void Communicator::worker_loop() {
     busy_ = true;
     const bool closing = closing_;
     lock.unlock();
-    if (item->traced) item->times.started_ns = now_ns();
+    if (item->traced) item->times.started_ns = core::monotonic_ns();
     std::exception_ptr err =
         closing ? std::make_exception_ptr(core::CommError("rank " + std::to_string(rank()) +
                                                           ": the communicator was closed"))
                 : run(item->job);
-    if (item->traced) item->times.ended_ns = now_ns();
+    if (item->traced) item->times.ended_ns = core::monotonic_ns();
     if (item->from_lane) {
       // A callback on the lane waits for this one: complete it here.
       item->finish(std::move(err));

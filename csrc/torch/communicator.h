@@ -131,7 +131,10 @@ class Communicator {
   bool run_if_idle(const Body& body, const char* what, uint64_t bytes) {
     if (!claim_if_idle()) return false;
     JobTimes times;
-    if (JobTrace::on()) times = JobTimes{what, bytes, false, now_ns(), now_ns(), 0, 0};
+    if (JobTrace::on()) {
+      const uint64_t now = core::monotonic_ns();
+      times = JobTimes{what, bytes, false, now, now, 0, 0};
+    }
     try {
       body(*context_);
     } catch (...) {
@@ -140,7 +143,7 @@ class Communicator {
     }
     release_claim();
     if (times.queued_ns) {
-      times.ended_ns = times.completed_ns = now_ns();
+      times.ended_ns = times.completed_ns = core::monotonic_ns();
       JobTrace::add(times);
     }
     return true;

@@ -1,7 +1,5 @@
 #include "job_trace.h"
 
-#include <time.h>
-
 #include <mutex>
 
 namespace pycomm {
@@ -43,12 +41,6 @@ std::vector<JobTimes> JobTrace::take(uint64_t* dropped) {
   if (dropped) *dropped = g_dropped;
   g_dropped = 0;
   return out;
-}
-
-uint64_t now_ns() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
 }
 
 }  // namespace pycomm

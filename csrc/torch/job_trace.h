@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "../core/transport/session.h"  // monotonic_ns(): the trace's clock
+
 namespace pycomm {
 
 struct JobTimes {
@@ -38,7 +40,5 @@ class JobTrace {
  private:
   static std::atomic<bool> on_;
 };
-
-uint64_t now_ns();  // CLOCK_MONOTONIC
 
 }  // namespace pycomm
