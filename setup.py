@@ -6,6 +6,7 @@ toolkit is found, with or without a GPU; PYCOMM_CUDA=0 skips them.
 """
 import glob
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -90,11 +91,29 @@ core_sources = sorted(glob.glob("csrc/core/*.cpp")) + \
 torch_sources = sorted(glob.glob("csrc/torch/*.cpp"))
 cuda_sources = sorted(glob.glob("csrc/cuda/*.cu")) if WITH_CUDA else []
 
-# Built where it runs (from source, like every torch extension): tune for this
-# CPU. PYCOMM_MARCH overrides, e.g. PYCOMM_MARCH=x86-64-v3 for a portable build.
-march = os.environ.get("PYCOMM_MARCH", "native")
-cxx_flags = ["-O3", "-std=c++20", f"-march={march}", "-ffp-contract=off", "-Wall",
-             "-Wno-unknown-pragmas"]
+
+def arch_flags(machine, march):
+    """The target flag for PYCOMM_MARCH on this machine. "native" (the default:
+    built where it runs, like every torch extension) tunes for this CPU, with
+    -mcpu on Arm, where it sets the architecture and the tuning together.
+    "portable" is the oldest CPU that still takes pycomm's vector loops
+    (csrc/core/kernels/float_lanes.h): x86-64-v3 (AVX2 and F16C, 2013 on) and
+    armv8-a (NEON, which every AArch64 CPU has). Any other value goes to -march
+    as it is (e.g. x86-64 for no vector loops, armv8.2-a+sve)."""
+    arm = machine in ("aarch64", "arm64")
+    if march == "native":
+        return ["-mcpu=native"] if arm else ["-march=native"]
+    if march == "portable":
+        if arm:
+            return ["-march=armv8-a"]
+        if machine in ("x86_64", "AMD64"):
+            return ["-march=x86-64-v3"]
+        return []  # an architecture pycomm has no vector loops for: the compiler's default
+    return [f"-march={march}"]
+
+
+cxx_flags = ["-O3", "-std=c++20", *arch_flags(platform.machine(), os.environ.get("PYCOMM_MARCH", "native")),
+             "-ffp-contract=off", "-Wall", "-Wno-unknown-pragmas"]
 define_macros = []
 extra = {"cxx": cxx_flags}
 if WITH_CUDA:

@@ -23,6 +23,7 @@ __all__ = [
     "all_reduce",
     "allreduce_gradients",
     "barrier",
+    "cpu_vector_path",
     "cuda_built",
     "destroy",
     "get_communicator",
@@ -53,6 +54,13 @@ else:
     def cuda_built() -> bool:
         """Whether pycomm's CUDA sources were compiled into this build."""
         return _C.cuda_built()
+
+    def cpu_vector_path() -> str:
+        """The vector loops pycomm's CPU kernels (reductions, casts, bucket packing)
+        were compiled with: "avx2+f16c" (x86), "neon" (Arm), or "none (scalar
+        loops)" for a build without them (e.g. PYCOMM_MARCH=x86-64). Every path
+        computes the same bits."""
+        return _C.cpu_vector_path()
 
 
 def __getattr__(name):

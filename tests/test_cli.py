@@ -3,6 +3,7 @@ main()."""
 import json
 import math
 import os
+import platform
 import re
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import pycomm
 from pycomm.tools import scaling
 from pycomm.tools.cli import main
 
@@ -302,7 +304,7 @@ def test_doctor_environment(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("PYCOMM_SHM_DIR", str(tmp_path))
     code, out, _ = run(capsys, "doctor")
     assert code == 0
-    for label in ("torch ", "CUDA ", "NCCL ", "backends ", "CPUs ", "pycomm CUDA "):
+    for label in ("torch ", "CUDA ", "NCCL ", "backends ", "CPUs ", "pycomm CUDA ", "pycomm CPU "):
         assert label in out
     assert "gloo yes" in out
     assert f"shm          {tmp_path}:" in out
@@ -313,7 +315,25 @@ def test_doctor_environment(capsys, tmp_path, monkeypatch):
     assert info["cpus"]["usable"] == len(os.sched_getaffinity(0))
     assert info["backends"]["gloo"] is True
     assert info["pycomm_cuda_built"] in (True, False)
+    assert info["pycomm_cpu_vectors"] == pycomm.cpu_vector_path()
     assert len(info["gpus"]) == torch.cuda.device_count()
+
+
+def test_cpu_vector_path_is_the_one_this_cpu_takes():
+    """The build's -march=native (setup.py) picks the vector loops this CPU has:
+    NEON on every aarch64 CPU, AVX2+F16C on an x86 CPU that has both."""
+    if os.environ.get("PYCOMM_MARCH", "native") != "native":
+        pytest.skip("PYCOMM_MARCH chose another target than this CPU")
+    machine = platform.machine()
+    with open("/proc/cpuinfo") as f:
+        flags = set(" ".join(line for line in f if line.startswith(("flags", "Features"))).split())
+    if machine == "aarch64":
+        want = "neon"
+    elif machine == "x86_64" and {"avx2", "f16c"} <= flags:
+        want = "avx2+f16c"
+    else:
+        want = "none (scalar loops)"
+    assert pycomm.cpu_vector_path() == want, (machine, sorted(flags & {"avx2", "f16c", "asimd"}))
 
 
 def test_doctor_says_what_cuda_means_without_a_gpu():

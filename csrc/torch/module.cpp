@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "../core/errors.h"
+#include "../core/kernels/reduce_kernels.h"
 #include "../core/transport/shm_segment.h"
 #include "../core/tuning.h"
 #include "../cuda/all_reduce_args.h"
@@ -292,6 +293,8 @@ PYBIND11_MODULE(_C, m) {
         "Unlinks pycomm segments whose creating process no longer runs.");
   m.def("shm_dir", &core::shm_dir);
   m.def("cuda_built", &cuda_built, "Whether the CUDA sources were compiled in.");
+  m.def("cpu_vector_path", &core::cpu_vector_path,
+        "The vector loops the CPU kernels were compiled with.");
   // The CUDA all-reduce's launch shape, for tests/test_cuda_codegen.py to
   // check against the compiled kernels' resources (plain C++: any build).
   m.def("cuda_all_reduce_threads", [] { return int(cuda::kAllReduceThreads); },

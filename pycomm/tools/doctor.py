@@ -43,6 +43,7 @@ def environment() -> Dict[str, Any]:
     info: Dict[str, Any] = {
         "python": platform.python_version(),
         "platform": platform.platform(),
+        "machine": platform.machine(),
     }
 
     try:
@@ -110,12 +111,19 @@ def environment() -> Dict[str, Any]:
     info["gpus"] = gpus
     info["peer_access"] = peer
 
+    vectors = None
     try:
         import pycomm
         built = bool(pycomm.cuda_built())
+        vectors = pycomm.cpu_vector_path()
     except Exception as e:
         built = f"error: {e}"
     info["pycomm_cuda_built"] = built
+    info["pycomm_cpu_vectors"] = vectors
+    if vectors and vectors.startswith("none"):
+        warnings.append(f"pycomm's CPU kernels were built without vector loops for this "
+                        f"{platform.machine()} CPU: reductions of float16/bfloat16 and bucket casts "
+                        f"run scalar (rebuild with PYCOMM_MARCH unset, or =portable)")
     if gpus and built is False:
         warnings.append("GPUs are present but pycomm was built without its CUDA kernels "
                         "(rebuild where nvcc is found, without PYCOMM_CUDA=0)")
@@ -198,6 +206,9 @@ def format_environment(info: Dict[str, Any]) -> str:
                    + ("; no GPU visible, so they cannot run here" if no_gpu else ""),
              False: "kernels not built (CPU-only build)"}.get(built, built)
     lines.append(f"pycomm CUDA  {built}")
+    if info.get("pycomm_cpu_vectors"):
+        lines.append(f"pycomm CPU   {info.get('machine', '?')}, vector loops: "
+                     f"{info['pycomm_cpu_vectors']}")
     hosts = info.get("hosts") or {}
     if "identity" in hosts:
         lines.append(f"host         {hosts['identity']}"

@@ -1,6 +1,14 @@
-// float16 / bfloat16 <-> float32 conversions, torch-free. Written as plain
-// integer arithmetic so GCC vectorises the loops that call them; with F16C the
-// float16 path uses the hardware conversion instead.
+// float16 / bfloat16 <-> float32 conversions of one value, torch-free.
+//
+// The *_reference functions are the definition, in integer arithmetic that any
+// C++ compiler runs the same: round to nearest even, and a NaN stays a NaN of
+// the same sign, made quiet, with the high bits of its payload. That is what the
+// hardware conversions do on both architectures (x86 F16C, Arm FCVT with the
+// default FPCR): to_float / to_half use them where the build has them, and
+// tests/test_vector_kernels.cpp checks every path against the reference bit
+// for bit. (Under nvcc the reference serves the host side: its front end need
+// not know Arm's __fp16.) bfloat16 has no conversion instruction in the base ISAs; its
+// integer arithmetic is the same on the vector paths (float_lanes.h).
 #pragma once
 
 #include <cstdint>
@@ -36,41 +44,61 @@ inline BFloat16 to_bfloat16(float f) {
   return BFloat16{uint16_t((u + rounding) >> 16)};
 }
 
-inline float to_float(Half h) {
-#if defined(__F16C__)
-  return _cvtsh_ss(h.bits);
-#else
-  uint32_t sign = uint32_t(h.bits & 0x8000u) << 16;
-  uint32_t exp = (h.bits >> 10) & 0x1fu;
-  uint32_t mant = h.bits & 0x3ffu;
-  if (exp == 0x1f) return bits_to_float(sign | 0x7f800000u | (mant << 13));
+inline float half_to_float_reference(uint16_t bits) {
+  uint32_t sign = uint32_t(bits & 0x8000u) << 16;
+  uint32_t exp = (bits >> 10) & 0x1fu;
+  uint32_t mant = bits & 0x3ffu;
+  if (exp == 0x1f) {
+    const uint32_t quiet = mant ? 0x00400000u : 0u;  // infinity has no payload
+    return bits_to_float(sign | 0x7f800000u | quiet | (mant << 13));
+  }
   if (exp == 0) {
     if (mant == 0) return bits_to_float(sign);
-    // Subnormal: value is mant * 2^-24.
+    // Subnormal: value is mant * 2^-24 (exact in float32).
     float v = float(mant) * 5.9604644775390625e-08f;
     return sign ? -v : v;
   }
   return bits_to_float(sign | ((exp + 112u) << 23) | (mant << 13));
+}
+
+inline uint16_t float_to_half_reference(float f) {
+  uint32_t u = float_to_bits(f);
+  uint32_t sign = (u >> 16) & 0x8000u;
+  uint32_t abs = u & 0x7fffffffu;
+  if (abs > 0x7f800000u) return uint16_t(sign | 0x7e00u | ((abs >> 13) & 0x3ffu));
+  if (abs >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // rounds to inf
+  if (abs < 0x38800000u) {
+    // Subnormal half (or zero): let the float adder do the rounding.
+    float v = bits_to_float(abs) + 0.5f;
+    return uint16_t(sign | (float_to_bits(v) - 0x3f000000u));
+  }
+  uint32_t mant_odd = (abs >> 13) & 1u;
+  abs += 0xc8000fffu + mant_odd;  // rebias exponent (-112 << 23) and round to nearest even
+  return uint16_t(sign | (abs >> 13));
+}
+
+inline float to_float(Half h) {
+#if defined(__F16C__)
+  return _cvtsh_ss(h.bits);
+#elif defined(__aarch64__) && !defined(__CUDACC__)
+  __fp16 v;
+  std::memcpy(&v, &h.bits, 2);
+  return float(v);
+#else
+  return half_to_float_reference(h.bits);
 #endif
 }
 
 inline Half to_half(float f) {
 #if defined(__F16C__)
   return Half{uint16_t(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT))};
+#elif defined(__aarch64__) && !defined(__CUDACC__)
+  const __fp16 v = __fp16(f);
+  Half h;
+  std::memcpy(&h.bits, &v, 2);
+  return h;
 #else
-  uint32_t u = float_to_bits(f);
-  uint32_t sign = (u >> 16) & 0x8000u;
-  uint32_t abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) return Half{uint16_t(sign | 0x7e00u)};
-  if (abs >= 0x477ff000u) return Half{uint16_t(sign | 0x7c00u)};  // rounds to inf
-  if (abs < 0x38800000u) {
-    // Subnormal half (or zero): let the float adder do the rounding.
-    float v = bits_to_float(abs) + 0.5f;
-    return Half{uint16_t(sign | (float_to_bits(v) - 0x3f000000u))};
-  }
-  uint32_t mant_odd = (abs >> 13) & 1u;
-  abs += 0xc8000fffu + mant_odd;  // rebias exponent (-112 << 23) and round to nearest even
-  return Half{uint16_t(sign | (abs >> 13))};
+  return Half{float_to_half_reference(f)};
 #endif
 }
 

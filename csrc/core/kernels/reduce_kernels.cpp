@@ -5,10 +5,11 @@
 #include <type_traits>
 
 #include "../errors.h"
+#include "float_lanes.h"
 #include "half_convert.h"
 
-#if defined(__AVX2__) || defined(__SSE2__)
-#include <immintrin.h>
+#if defined(__AVX__)
+#include <immintrin.h>  // copy_streaming's non-temporal stores
 #endif
 
 namespace pycomm::core {
@@ -23,19 +24,12 @@ template <> struct AccOf<BFloat16> { using type = float; };
 
 template <class T> constexpr bool kWidened = !std::is_same_v<T, typename AccOf<T>::type>;
 
+// float16/bfloat16 <-> float32 through the build's vector lanes, then the
+// scalar conversions for the tail: the same values either way.
 template <class T, class A>
 inline void widen(const T* __restrict in, A* __restrict out, size_t n) {
-  if constexpr (std::is_same_v<T, Half>) {
-    size_t i = 0;
-#if defined(__F16C__) && defined(__AVX__)
-    for (; i + 8 <= n; i += 8) {
-      __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
-      _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
-    }
-#endif
-    for (; i < n; ++i) out[i] = to_float(in[i]);
-  } else if constexpr (std::is_same_v<T, BFloat16>) {
-    for (size_t i = 0; i < n; ++i) out[i] = bits_to_float(uint32_t(in[i].bits) << 16);
+  if constexpr (kWidened<T>) {
+    for (size_t i = lanes::convert32(in, out, n); i < n; ++i) out[i] = to_float(in[i]);
   } else {
     for (size_t i = 0; i < n; ++i) out[i] = in[i];
   }
@@ -44,21 +38,9 @@ inline void widen(const T* __restrict in, A* __restrict out, size_t n) {
 template <class T, class A>
 inline void narrow(const A* __restrict in, T* __restrict out, size_t n) {
   if constexpr (std::is_same_v<T, Half>) {
-    size_t i = 0;
-#if defined(__F16C__) && defined(__AVX__)
-    for (; i + 8 <= n; i += 8) {
-      __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), h);
-    }
-#endif
-    for (; i < n; ++i) out[i] = to_half(in[i]);
+    for (size_t i = lanes::convert32(in, out, n); i < n; ++i) out[i] = to_half(in[i]);
   } else if constexpr (std::is_same_v<T, BFloat16>) {
-    for (size_t i = 0; i < n; ++i) {
-      uint32_t u = float_to_bits(in[i]);
-      bool nan = (u & 0x7fffffffu) > 0x7f800000u;
-      uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-      out[i].bits = uint16_t(nan ? ((u >> 16) | 0x40u) : rounded);
-    }
+    for (size_t i = lanes::convert32(in, out, n); i < n; ++i) out[i] = to_bfloat16(in[i]);
   } else {
     for (size_t i = 0; i < n; ++i) out[i] = in[i];
   }
@@ -263,6 +245,8 @@ void ring_last(DType dtype, ReduceOp op, const void* partial, const void* local,
   if (n == 0) return;
   dispatch(dtype, op, [&](auto k) { k.ring_last(partial, local, out, out2, n, divisor); });
 }
+
+const char* cpu_vector_path() { return lanes::kVectorPath; }
 
 void copy_streaming(void* dst, const void* src, size_t n) {
 #if defined(__AVX__)

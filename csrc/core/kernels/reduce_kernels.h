@@ -28,6 +28,10 @@ void ring_middle(DType dtype, ReduceOp op, const void* partial, const void* loca
 void ring_last(DType dtype, ReduceOp op, const void* partial, const void* local, void* out,
                void* out2, size_t n, int divisor);
 
+// The vector loops this build's kernels use (float_lanes.h): "avx2+f16c",
+// "neon", or "none (scalar loops)".
+const char* cpu_vector_path();
+
 // Copy n bytes; uses streaming stores for large, aligned copies whose
 // destination will not be read again soon (backups).
 void copy_streaming(void* dst, const void* src, size_t n);

@@ -44,8 +44,7 @@ std::unique_ptr<Session> Session::create(int rank, int world, const std::string&
   h->data_offset = data_offset;
   h->data_bytes = data.bytes;
   for (int i = 0; i < kDataParams; ++i) h->data_params[i] = data.params[i];
-  std::atomic_thread_fence(std::memory_order_release);
-  h->magic = kSegmentMagic;
+  h->magic.store(kSegmentMagic, std::memory_order_release);
   return std::unique_ptr<Session>(
       new Session(rank, world, std::make_shared<ShmSegment>(std::move(seg)), policy));
 }
@@ -60,8 +59,8 @@ std::unique_ptr<Session> Session::attach(int rank, int world, const std::string&
   check_args(rank, world);
   ShmSegment seg = ShmSegment::open(name);
   const Header* h = static_cast<const Header*>(seg.data());
-  // The creator wrote the header before it shared the name through the store.
-  if (seg.size() < sizeof(Header) || h->magic != kSegmentMagic || h->version != kLayoutVersion ||
+  if (seg.size() < sizeof(Header) || h->magic.load(std::memory_order_acquire) != kSegmentMagic ||
+      h->version != kLayoutVersion ||
       h->world != uint32_t(world) || h->total_bytes != seg.size()) {
     throw CommError("rank " + std::to_string(rank) + ": shared memory " + name +
                     " is not a pycomm segment for this world size (a stale or foreign segment?)");
@@ -232,8 +231,14 @@ std::string Session::aborted_message(const std::string& what) const {
     sched_yield();
   }
   std::ostringstream os;
-  os << "rank " << rank_ << ": " << what << " failed: the communicator was aborted by rank "
-     << h.abort_by << ": " << h.abort_reason;
+  os << "rank " << rank_ << ": " << what << " failed: the communicator was aborted";
+  // The reason is read only once it is whole (acquired above); a rank that
+  // stalled mid-write leaves it unread rather than raced.
+  if (h.abort_state.load(std::memory_order_acquire) == uint32_t(AbortState::kAborted)) {
+    os << " by rank " << h.abort_by << ": " << h.abort_reason;
+  } else {
+    os << " (the aborting rank has not finished writing its reason)";
+  }
   return os.str();
 }
 

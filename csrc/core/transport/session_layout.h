@@ -20,6 +20,13 @@
 
 namespace pycomm::core {
 
+// Atomics shared between processes must not hide a lock in the process that
+// owns them: true for these on x86-64 and aarch64 alike.
+static_assert(std::atomic<uint64_t>::is_always_lock_free &&
+                  std::atomic<uint32_t>::is_always_lock_free &&
+                  std::atomic<int32_t>::is_always_lock_free,
+              "shared-memory counters must be lock-free atomics");
+
 constexpr size_t kLine = 128;
 constexpr uint64_t kSegmentMagic = 0x31304d4d4f435950ULL;  // "PYCOMM01"
 // 2: fingerprints gained root and divisor; data paths moved out of the session.
@@ -53,7 +60,10 @@ struct RankControl {
 enum class AbortState : uint32_t { kHealthy = 0, kWriting = 1, kAborted = 2 };
 
 struct alignas(kLine) Header {
-  uint64_t magic;
+  // Stored last, with release, by the creator; an attaching rank acquires it
+  // before it reads the rest. (The name reaches other ranks through the store,
+  // which orders it too; the atomic keeps the header right on its own.)
+  std::atomic<uint64_t> magic;
   uint32_t version;
   uint32_t world;
   uint64_t total_bytes;
