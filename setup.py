@@ -112,8 +112,8 @@ def arch_flags(machine, march):
     return [f"-march={march}"]
 
 
-cxx_flags = ["-O3", "-std=c++20", *arch_flags(platform.machine(), os.environ.get("PYCOMM_MARCH", "native")),
-             "-ffp-contract=off", "-Wall", "-Wno-unknown-pragmas"]
+target = arch_flags(platform.machine(), os.environ.get("PYCOMM_MARCH", "native"))
+cxx_flags = ["-O3", "-std=c++20", *target, "-ffp-contract=off", "-Wall", "-Wno-unknown-pragmas"]
 define_macros = []
 extra = {"cxx": cxx_flags}
 if WITH_CUDA:

@@ -121,9 +121,10 @@ def environment() -> Dict[str, Any]:
     info["pycomm_cuda_built"] = built
     info["pycomm_cpu_vectors"] = vectors
     if vectors and vectors.startswith("none"):
-        warnings.append(f"pycomm's CPU kernels were built without vector loops for this "
-                        f"{platform.machine()} CPU: reductions of float16/bfloat16 and bucket casts "
-                        f"run scalar (rebuild with PYCOMM_MARCH unset, or =portable)")
+        warnings.append(f"pycomm's CPU kernels were built without vector loops on this "
+                        f"{platform.machine()} host: float16/bfloat16 reductions and bucket casts "
+                        f"run as scalar loops (they need a target with AVX2 and F16C, or NEON: "
+                        f"PYCOMM_MARCH=native or portable where the CPU has them)")
     if gpus and built is False:
         warnings.append("GPUs are present but pycomm was built without its CUDA kernels "
                         "(rebuild where nvcc is found, without PYCOMM_CUDA=0)")
