@@ -10,9 +10,11 @@
 //   compute type C = float64 if either side is float64, else float32
 //   dst[j] = round_to_dst(C(src[j]) * C(scale))     (the multiply is skipped when scale == 1)
 // Widening to C is exact; the multiply rounds once in C; the narrowing rounds
-// to nearest even. A float64 value bound for float16/bfloat16 goes through
-// float32 first, because that is what torch's `.to()` does; the result equals
-// torch's `(src.to(C) * scale).to(dst_dtype)` bit for bit (NaN payloads aside).
+// to nearest even. A float64 value bound for bfloat16 goes through float32
+// first, as torch's `.to()` does; one bound for float16 too on x86 and in the
+// CUDA kernel, while on aarch64 it rounds once, as torch's `.to()` does there
+// (half_convert.h). The result equals torch's `(src.to(C) * scale).to(dst_dtype)`
+// bit for bit (NaN payloads aside) on each.
 #pragma once
 
 #include <cstddef>

@@ -89,7 +89,7 @@ inline V64 load64(const BFloat16* p) {
 
 inline void store64(double* p, V64 v) { _mm256_storeu_pd(p, v); }
 inline void store64(float* p, V64 v) { _mm_storeu_ps(p, _mm256_cvtpd_ps(v)); }
-// double -> half types through float: two roundings, as torch's casts do.
+// double -> half types through float: two roundings, as torch's casts do on x86.
 inline void store64(Half* p, V64 v) {
   const __m128i h = _mm_cvtps_ph(_mm256_cvtpd_ps(v), _MM_FROUND_TO_NEAREST_INT);
   _mm_storel_epi64(reinterpret_cast<__m128i*>(p), h);
@@ -168,14 +168,15 @@ inline V64 load64(const BFloat16* p) {
 
 inline void store64(double* p, V64 v) { vst1q_f64(p, v); }
 inline void store64(float* p, V64 v) { vst1_f32(p, vcvt_f32_f64(v)); }
-// double -> half types through float: two roundings, as torch's casts do. The
-// upper two lanes are a copy, converted and dropped.
-inline V32 f64_to_f32_twice(V64 v) {
-  const float32x2_t f = vcvt_f32_f64(v);
-  return vcombine_f32(f, f);
+// double -> half types as torch's casts do on Arm: float16 rounds once (to
+// float32 rounded to odd, FCVTXN, then to float16: one rounding of the double,
+// see round_to_odd_float), bfloat16 twice (through float32). The upper two
+// lanes are a copy, converted and dropped.
+inline V32 both_halves(float32x2_t f) { return vcombine_f32(f, f); }
+inline void store64(Half* p, V64 v) { store_bits2(p, f32_to_half_bits(both_halves(vcvtx_f32_f64(v)))); }
+inline void store64(BFloat16* p, V64 v) {
+  store_bits2(p, f32_to_bf16_bits(both_halves(vcvt_f32_f64(v))));
 }
-inline void store64(Half* p, V64 v) { store_bits2(p, f32_to_half_bits(f64_to_f32_twice(v))); }
-inline void store64(BFloat16* p, V64 v) { store_bits2(p, f32_to_bf16_bits(f64_to_f32_twice(v))); }
 
 #else
 inline constexpr const char* kVectorPath = "none (scalar loops)";
