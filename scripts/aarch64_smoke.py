@@ -19,9 +19,12 @@ rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 t0 = time.time()
 dist.init_process_group("cpu:pycomm", rank=rank, world_size=world)
 gloo = dist.new_group(backend="gloo")
-print(f"rank {rank}: {platform.machine()} torch {torch.__version__} pycomm vectors {pycomm.cpu_vector_path()}", flush=True)
+print(f"rank {rank}: {platform.machine()}, torch {torch.__version__}, "
+      f"pycomm's vector loops: {pycomm.cpu_vector_path()}", flush=True)
 checked = 0
-limits = {torch.float32: 10000, torch.float64: 10000, torch.float16: 500, torch.bfloat16: 60, torch.int32: 10000, torch.int8: 50}
+# Integer-valued inputs whose sums over two ranks every dtype holds exactly.
+limits = {torch.float32: 10000, torch.float64: 10000, torch.float16: 500, torch.bfloat16: 60,
+          torch.int32: 10000, torch.int8: 50}
 for dtype, lim in limits.items():
     for n in (7, 1000, 300_001):  # direct below the threshold, the ring above it
         for op in (dist.ReduceOp.SUM, dist.ReduceOp.MAX, dist.ReduceOp.MIN):
@@ -41,6 +44,8 @@ for dtype in (torch.float32, torch.bfloat16, torch.float16):
     bits = torch.int32 if dtype == torch.float32 else torch.int16
     assert all(torch.equal(both[0].view(bits), t.view(bits)) for t in both), dtype
     checked += 1
+
+
 # DDP: the same model and data on pycomm (the default group) and on gloo, 3 steps
 def train(group):
     torch.manual_seed(0)
@@ -54,6 +59,8 @@ def train(group):
         torch.nn.functional.cross_entropy(ddp(x), y).backward()
         opt.step()
     return [p.detach().clone() for p in m.parameters()]
+
+
 p_pycomm, p_gloo = train(None), train(gloo)
 assert all(torch.equal(a, b) for a, b in zip(p_pycomm, p_gloo))
 checked += 1
