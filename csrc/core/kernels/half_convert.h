@@ -6,8 +6,8 @@
 // hardware conversions do on both architectures (x86 F16C, Arm FCVT with the
 // default FPCR): to_float / to_half use them where the build has them, and
 // tests/test_vector_kernels.cpp checks every path against the reference bit
-// for bit. (Under nvcc the reference serves the host side: its front end need
-// not know Arm's __fp16.) bfloat16 has no conversion instruction in the base ISAs; its
+// for bit. (Under nvcc the reference serves the host side.)
+// bfloat16 has no conversion instruction in the base ISAs; its
 // integer arithmetic is the same on the vector paths (float_lanes.h).
 #pragma once
 
@@ -16,6 +16,10 @@
 
 #if defined(__F16C__)
 #include <immintrin.h>
+#endif
+// Arm's __fp16 converts in hardware (FCVT); nvcc's front end need not know it.
+#if defined(__aarch64__) && !defined(__CUDACC__)
+#define PYCOMM_ARM_FP16 1
 #endif
 
 namespace pycomm::core {
@@ -81,7 +85,7 @@ inline uint16_t float_to_half_reference(float f) {
 // (to float32, then to float16) on x86, where c10::Half(double) takes the
 // float path, and once on aarch64, where it converts directly (measured with
 // torch 2.14.1 on both: 55 of 2^20 random values differ between the two).
-#if defined(__aarch64__) && !defined(__CUDACC__)
+#if defined(PYCOMM_ARM_FP16)
 inline constexpr bool kHalfFromDoubleRoundsOnce = true;
 #else
 inline constexpr bool kHalfFromDoubleRoundsOnce = false;
@@ -105,7 +109,7 @@ inline uint16_t double_to_half_reference(double d) {
 inline float to_float(Half h) {
 #if defined(__F16C__)
   return _cvtsh_ss(h.bits);
-#elif defined(__aarch64__) && !defined(__CUDACC__)
+#elif defined(PYCOMM_ARM_FP16)
   __fp16 v;
   std::memcpy(&v, &h.bits, 2);
   return float(v);
@@ -117,7 +121,7 @@ inline float to_float(Half h) {
 inline Half to_half(float f) {
 #if defined(__F16C__)
   return Half{uint16_t(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT))};
-#elif defined(__aarch64__) && !defined(__CUDACC__)
+#elif defined(PYCOMM_ARM_FP16)
   const __fp16 v = __fp16(f);
   Half h;
   std::memcpy(&h.bits, &v, 2);
@@ -128,15 +132,14 @@ inline Half to_half(float f) {
 }
 
 inline Half to_half(double d) {
-  if constexpr (kHalfFromDoubleRoundsOnce) {
-#if defined(__aarch64__) && !defined(__CUDACC__)
-    const __fp16 v = __fp16(d);  // FCVT from double: one rounding
-    Half h;
-    std::memcpy(&h.bits, &v, 2);
-    return h;
-#endif
-  }
+#if defined(PYCOMM_ARM_FP16)
+  const __fp16 v = __fp16(d);  // FCVT from double: one rounding (kHalfFromDoubleRoundsOnce)
+  Half h;
+  std::memcpy(&h.bits, &v, 2);
+  return h;
+#else
   return to_half(float(d));
+#endif
 }
 
 }  // namespace pycomm::core
