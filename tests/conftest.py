@@ -20,22 +20,38 @@ def no_segments_left_behind():
     assert not left, f"shared-memory segments left behind: {left}"
 
 
-@pytest.fixture(scope="session")
-def worlds():
-    """worlds(n): a ProcessWorld of n ranks, started once per session."""
+def _world_pool(**kwargs):
+    """get(n): a ProcessWorld of n ranks (ProcessWorld(n, **kwargs)), started
+    once per session. A world in which a test failed is replaced, as a dead one
+    is: one failure (an aborted communicator, a rank left out of step) must not
+    fail every later test of that size for the same cause."""
     started = {}
 
     def get(n):
         w = started.get(n)
-        if w is None or not w.alive():
+        if w is None or not w.alive() or w.failed:
             if w is not None:
                 w.kill()
-            w = started[n] = ProcessWorld(n)
+            w = started[n] = ProcessWorld(n, **kwargs)
         return w
 
-    yield get
+    return get, started
+
+
+def _close_pool(started):
     for w in started.values():
-        w.close()
+        if w.failed:
+            w.kill()
+        else:
+            w.close()
+
+
+@pytest.fixture(scope="session")
+def worlds():
+    """worlds(n): a gloo world of n ranks, each with a pycomm communicator."""
+    get, started = _world_pool()
+    yield get
+    _close_pool(started)
 
 
 def segments_of(pids):
@@ -46,26 +62,11 @@ def segments_of(pids):
 
 @pytest.fixture(scope="session")
 def backend_worlds():
-    """backend_worlds(n): a ProcessWorld of n ranks whose default group is the
-    backend under test (process_world.TEST_BACKEND, "cpu:pycomm" unless
-    PYCOMM_TEST_BACKEND says otherwise), started once per session. A world in
-    which a test failed is replaced, so one failure does not cascade into the
-    next tests through a communicator left out of step."""
+    """backend_worlds(n): a world of n ranks whose default group is the backend
+    under test (process_world.TEST_BACKEND, "cpu:pycomm" unless
+    PYCOMM_TEST_BACKEND says otherwise)."""
     from process_world import TEST_BACKEND
 
-    started = {}
-
-    def get(n):
-        w = started.get(n)
-        if w is None or not w.alive() or w.failed:
-            if w is not None:
-                w.kill()
-            w = started[n] = ProcessWorld(n, backend=TEST_BACKEND)
-        return w
-
+    get, started = _world_pool(backend=TEST_BACKEND)
     yield get
-    for w in started.values():
-        if w.failed:
-            w.kill()
-        else:
-            w.close()
+    _close_pool(started)

@@ -9,6 +9,7 @@
 
 #include "../core/collective.h"
 #include "../core/errors.h"
+#include "runtime_errors.h"
 
 namespace pycomm::cuda {
 namespace {
@@ -44,7 +45,23 @@ class DeviceScope {
 void fail_into(Published& p, const char* what, cudaError_t err) {
   p.failed = 1;
   std::snprintf(p.message, sizeof(p.message), "%s: %s", what, cudaGetErrorString(err));
-  cudaGetLastError();  // clear it, so torch's next check does not report it again
+  forget_own_error(err);  // reported here, in every rank's error
+}
+
+// Zeroes the pad on a stream of its own and waits for that stream alone. The
+// legacy default stream, or a device-wide sync, would also wait for whatever
+// the caller queued before its first collective (a long training step, or a
+// peer that is sleeping on its stream), and this rank would miss the set-up's
+// handshake; with ranks as threads it would wait for the other communicators'
+// kernels, which wait for this one.
+cudaError_t zero_on_private_stream(void* p, size_t bytes) {
+  cudaStream_t s = nullptr;
+  cudaError_t err = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  if (err != cudaSuccess) return err;
+  err = cudaMemsetAsync(p, 0, bytes, s);
+  if (err == cudaSuccess) err = cudaStreamSynchronize(s);
+  const cudaError_t destroyed = cudaStreamDestroy(s);
+  return err != cudaSuccess ? err : destroyed;
 }
 
 // Publishes `mine`, enters the handshake, and throws CommError on every rank
@@ -98,8 +115,7 @@ IpcDataPath::IpcDataPath(core::Session& session, core::ShmDataPath& host_path, i
     } else if ((err = cudaMalloc(&own_pad_, pad_bytes)) != cudaSuccess) {
       own_pad_ = nullptr;
       fail_into(mine, "cudaMalloc of the signal pad", err);
-    } else if ((err = cudaMemset(own_pad_, 0, pad_bytes)) != cudaSuccess ||
-               (err = cudaDeviceSynchronize()) != cudaSuccess) {
+    } else if ((err = zero_on_private_stream(own_pad_, pad_bytes)) != cudaSuccess) {
       fail_into(mine, "zeroing the signal pad", err);
     } else if ((err = cudaIpcGetMemHandle(&mine.buffer_handle, own_buffer_)) != cudaSuccess ||
                (err = cudaIpcGetMemHandle(&mine.pad_handle, own_pad_)) != cudaSuccess) {
@@ -155,16 +171,15 @@ void IpcDataPath::release() noexcept {
   DeviceScope scope(device_);
   for (size_t r = 0; r < buffers_.size(); ++r) {
     if (opened_[r]) {
-      cudaIpcCloseMemHandle(buffers_[r]);
-      cudaIpcCloseMemHandle(pads_[r]);
+      forget_own_error(cudaIpcCloseMemHandle(buffers_[r]));
+      forget_own_error(cudaIpcCloseMemHandle(pads_[r]));
       opened_[r] = false;
     }
     buffers_[r] = pads_[r] = nullptr;
   }
-  if (own_buffer_) cudaFree(own_buffer_);
-  if (own_pad_) cudaFree(own_pad_);
+  if (own_buffer_) forget_own_error(cudaFree(own_buffer_));
+  if (own_pad_) forget_own_error(cudaFree(own_pad_));
   own_buffer_ = own_pad_ = nullptr;
-  cudaGetLastError();
 }
 
 }  // namespace pycomm::cuda

@@ -10,17 +10,16 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
-#include <sched.h>
 
+#include <algorithm>
 #include <cstring>
-
-#include <sstream>
-#include <thread>
 
 #include "../core/errors.h"
 #include "../core/transport/session.h"
 #include "../cuda/cuda_all_reduce.h"
 #include "../cuda/ipc_data_path.h"
+#include "../cuda/kernel_watch.h"
+#include "../cuda/runtime_errors.h"
 #endif
 
 namespace pycomm {
@@ -28,17 +27,6 @@ namespace pycomm {
 #ifdef PYCOMM_WITH_CUDA
 
 namespace {
-
-// After the host gives up on a kernel (a peer died, the session was aborted),
-// how long it waits for the kernel to see the stop flag and exit before the
-// tensors it writes are released.
-constexpr uint64_t kStopGraceNs = 2'000'000'000;
-// Past the session's deadline, the kernel reports its own timeout (it waits
-// with the same deadline); the host's own limit is a backstop for a kernel
-// that cannot report.
-constexpr uint64_t kHostBackstopNs = 5'000'000'000;
-// How often the host thread watching a kernel checks the peers and the abort.
-constexpr uint64_t kCheckEveryNs = 1'000'000;
 
 cuda::CudaAlgorithm cuda_algorithm_of(core::Algorithm a, int world, size_t bytes) {
   switch (a) {
@@ -69,8 +57,9 @@ class OrderEvent {
   ~OrderEvent() { cudaEventDestroy(event_); }
   OrderEvent(const OrderEvent&) = delete;
   OrderEvent& operator=(const OrderEvent&) = delete;
-  void record(cudaStream_t s) { C10_CUDA_CHECK(cudaEventRecord(event_, s)); }
-  void block(cudaStream_t s) const { C10_CUDA_CHECK(cudaStreamWaitEvent(s, event_, 0)); }
+  void record(cudaStream_t s) { C10_CUDA_CHECK(try_record(s)); }
+  cudaError_t try_record(cudaStream_t s) { return cudaEventRecord(event_, s); }
+  cudaError_t try_block(cudaStream_t s) const { return cudaStreamWaitEvent(s, event_, 0); }
   cudaError_t query() const { return cudaEventQuery(event_); }
 
  private:
@@ -89,14 +78,26 @@ class CudaPath {
         done_() {
     // Written by the kernels (an error record) and by this host thread (the
     // stop flag), read by both: pinned host memory mapped into the device.
-    C10_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&status_), sizeof(cuda::DeviceStatus),
-                                 cudaHostAllocMapped));
-    std::memset(static_cast<void*>(status_), 0, sizeof(cuda::DeviceStatus));
-    C10_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&status_device_), status_, 0));
+    cudaError_t err = cudaHostAlloc(reinterpret_cast<void**>(&status_), sizeof(cuda::DeviceStatus),
+                                    cudaHostAllocMapped);
+    if (err == cudaSuccess) {
+      std::memset(static_cast<void*>(status_), 0, sizeof(cuda::DeviceStatus));
+      err = cudaHostGetDevicePointer(reinterpret_cast<void**>(&status_device_), status_, 0);
+    }
+    if (err != cudaSuccess) {
+      // The peers' set-up passed and they go on to the first collective, where
+      // they would wait for this rank until the timeout: end it for them now.
+      const std::string why = cudaGetErrorString(err);
+      cuda::forget_own_error(err);
+      if (status_) cuda::forget_own_error(cudaFreeHost(status_));
+      status_ = nullptr;
+      throw core::CommError(ctx.session.abort(
+          "rank " + std::to_string(ctx.session.rank()) +
+          ": cuda set-up: the kernels' status record (cudaHostAlloc, mapped): " + why));
+    }
   }
   ~CudaPath() {
-    if (status_) cudaFreeHost(status_);
-    cudaGetLastError();
+    if (status_) cuda::forget_own_error(cudaFreeHost(status_));
   }
 
   int device() const { return memory_.device(); }
@@ -114,11 +115,6 @@ class CudaPath {
     // on CUDA tensors yet).
     TORCH_CHECK_VALUE(a.divisor == 0 || a.divisor == world,
                       "op: avg of CUDA tensors divides by the group's size");
-    session.handshake(core::fingerprint_of(core::CollectiveKind::kCudaAllReduce, a.count, a.dtype,
-                                           core_algorithm_of(algo), &a.op, world));
-    if (a.count == 0) return;
-
-    ready.block(stream.stream());
     cuda::CudaAllReduceArgs k;
     k.rank = session.rank();
     k.world = world;
@@ -134,80 +130,46 @@ class CudaPath {
     k.op = a.op;
     k.algorithm = algo;
     k.epoch_base = epoch_;
-    // The kernel's waits end when the collective's time is up.
-    k.timeout_ns = session.remaining_ns();
     k.status = status_device_;
     k.blocks = 0;  // the kernels' default for the size
     k.sm_count = memory_.sm_count();  // the same on every rank: keeps all ranks' blocks resident at once
-    if (const char* bad = cuda::check_args(k)) {
-      throw core::InvalidArgument(std::string("all_reduce (cuda): ") + bad);
+    k.timeout_ns = session.remaining_ns();  // the whole timeout, as begin() set it
+    // Before the handshake: a refused call has sent nothing.
+    if (a.count != 0) {
+      if (const char* bad = cuda::check_args(k)) {
+        throw core::InvalidArgument(std::string("all_reduce (cuda): ") + bad);
+      }
     }
-    C10_CUDA_CHECK(cuda::launch_all_reduce(k, stream.stream()));
-    // Every rank advances the same way: the same collectives, in the same order.
+    session.handshake(core::fingerprint_of(core::CollectiveKind::kCudaAllReduce, a.count, a.dtype,
+                                           core_algorithm_of(algo), &a.op, world));
+    if (a.count == 0) return;
+    // The kernel's waits end when the collective's time is up (a handshake
+    // that used all of it has thrown already).
+    k.timeout_ns = std::max<uint64_t>(session.remaining_ns(), 1);
+
+    // Every rank advances the same way: the same collectives, in the same
+    // order, whatever happens to this launch (a failed one aborts the session).
     epoch_ += cuda::epochs_used(k);
-    done_.record(stream.stream());
-    watch(session);
+    cuda::KernelCallbacks kernel;
+    kernel.launch = [&]() -> std::string {
+      cudaError_t err = ready.try_block(stream.stream());
+      if (err == cudaSuccess) err = cuda::launch_all_reduce(k, stream.stream());
+      if (err == cudaSuccess) err = done_.try_record(stream.stream());
+      if (err == cudaSuccess) return {};
+      cuda::forget_own_error(err);
+      return cudaGetErrorString(err);
+    };
+    kernel.poll = [&]() -> cuda::KernelPoll {
+      const cudaError_t q = done_.query();
+      if (q == cudaSuccess) return {cuda::KernelPoll::kFinished, {}};
+      cuda::forget_own_error(q);
+      if (q == cudaErrorNotReady) return {cuda::KernelPoll::kRunning, {}};
+      return {cuda::KernelPoll::kFailed, cudaGetErrorString(q)};
+    };
+    cuda::run_watched_kernel(session, "all_reduce (cuda)", status_, kernel);
   }
 
  private:
-  // Until the kernel finished: the session's wait policy (spin, yield, sleep),
-  // with the peer watch and abort. A failure stops the kernel before it raises.
-  void watch(core::Session& session) {
-    const core::WaitPolicy& policy = session.policy();
-    const uint64_t start = core::monotonic_ns();
-    const uint64_t spin_end = start + uint64_t(policy.spin_us * 1e3);
-    const uint64_t yield_end = spin_end + uint64_t(policy.yield_us * 1e3);
-    const uint64_t backstop = start + session.remaining_ns() + kHostBackstopNs;
-    uint64_t next_check = spin_end;  // the peer watch costs a system call: not every poll
-    for (;;) {
-      const cudaError_t q = done_.query();
-      if (q == cudaSuccess) break;
-      if (q != cudaErrorNotReady) C10_CUDA_CHECK(q);
-      const uint64_t now = core::monotonic_ns();
-      if (now >= next_check) {
-        next_check = now + kCheckEveryNs;
-        try {
-          session.check_alive();
-          if (now > backstop) {
-            throw core::CommTimeout(session.abort(
-                "rank " + std::to_string(session.rank()) +
-                ": all_reduce (cuda): the kernel neither finished nor reported within the timeout; "
-                "the GPU may be hung"));
-          }
-        } catch (...) {
-          stop_kernel();
-          throw;
-        }
-      }
-      if (now < spin_end) continue;
-      if (now < yield_end) {
-        sched_yield();
-      } else {
-        std::this_thread::sleep_for(std::chrono::microseconds(20));
-      }
-    }
-    // `failed` is stored (release) after the record's other fields.
-    if (__atomic_load_n(&status_->failed, __ATOMIC_ACQUIRE) != 0 && status_->code != 0) {
-      std::ostringstream os;
-      os << "rank " << session.rank() << ": all_reduce (cuda): Timed out after "
-         << policy.timeout_s << " s on the GPU, still waiting for rank " << status_->peer
-         << " (block " << status_->block << ", epoch " << status_->epoch << ")";
-      throw core::CommTimeout(session.abort(os.str()));
-    }
-  }
-
-  // Asks the kernel to exit (it polls the stop flag while it waits) and waits
-  // a bounded time for it, so the tensors stay valid while it may write them.
-  void stop_kernel() {
-    // The kernels poll `failed` in every wait and leave when it is set.
-    __atomic_store_n(&status_->failed, 1u, __ATOMIC_RELEASE);
-    const uint64_t give_up = core::monotonic_ns() + kStopGraceNs;
-    while (done_.query() == cudaErrorNotReady && core::monotonic_ns() < give_up) {
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-    }
-    cudaGetLastError();
-  }
-
   cuda::IpcDataPath memory_;
   OrderEvent done_;
   cuda::DeviceStatus* status_ = nullptr;         // host view
