@@ -14,9 +14,16 @@ else the column says why), and symmetric memory only with
 TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1 (set here); every peer is probed once on
 every rank, and where one cannot run, its column says why.
 
+--peers picks the kinds of peer (pycomm, nccl, symm); they run in that order, each set up
+only when its turn comes, so that pycomm's columns are measured before a probe of another
+kind can hang (symmetric memory's waits have no bound of ours) or trap (which poisons the
+CUDA context for whatever follows in the process). bench/gpu_check.sh runs symm in a
+process of its own.
+
 Each size is checked once per peer on the harness's integer-valued pattern (float32 sum),
-then timed: the median of --iters single calls, each timed with CUDA events. --json writes
-{"meta": {"world", "gpus", "nccl", ...}, "rows": [...]} (pycomm.tools.results_schema).
+then timed: the median of --iters single calls, each timed with CUDA events. Rank 0 prints
+each size's rows as they come, and --json rewrites {"meta": {"world", "gpus", "nccl", ...},
+"rows": [...]} (pycomm.tools.results_schema) after each, so a run cut short keeps them.
 """
 from __future__ import annotations
 
@@ -43,13 +50,21 @@ def sizes(args):
     return sweep(args.minbytes, args.maxbytes, args.stepfactor, step=4)
 
 
-def candidates(world):
-    """Each peer: name -> (prepare, why not). prepare(t) returns a call that all-reduces
-    t's values and returns the tensor holding the result."""
-    out = pycomm_peers.cuda_candidates()
-    out["nccl"] = nccl.cuda_candidate(world)
-    out.update(symm_mem.cuda_candidates(world))
-    return out
+# The kinds of peer, in the order they run: pycomm's own columns first.
+PEERS = ("pycomm", "nccl", "symm")
+# Each kind's columns, as a dry run's plan names them.
+PLAN_PEERS = dict(pycomm=", ".join(f"pycomm {a}" for a in pycomm_peers.CUDA_ALGORITHMS),
+                  nccl="nccl", symm="symm one/two_shot")
+
+
+def candidates(world, kind):
+    """The peers of one kind: name -> (prepare, why not). prepare(t) returns a call that
+    all-reduces t's values and returns the tensor holding the result."""
+    if kind == "pycomm":
+        return pycomm_peers.cuda_candidates()
+    if kind == "nccl":
+        return {"nccl": nccl.cuda_candidate(world)}
+    return symm_mem.cuda_candidates(world)
 
 
 def measure(world, args, prepare, count):
@@ -70,27 +85,34 @@ def measure(world, args, prepare, count):
 
 def run(args):
     world = World("cuda")
-    peers = candidates(world)
+    torch = world.torch
     rows = []
-    for nbytes in sizes(args):
-        count = max(nbytes // 4, 1)
-        for name, (prepare, why_not) in peers.items():
-            row = dict(name=name, bytes=count * 4, count=count, world=world.size, why=why_not)
-            rows.append(row)
-            if prepare is None:
-                continue
-            try:
-                wrong, times = measure(world, args, prepare, count)
-                row.update(us=statistics.median(times) * 1e6, us_min=min(times) * 1e6,
-                           us_max=max(times) * 1e6, wrong=wrong)
-            except Exception as e:  # noqa: BLE001 - one failing column does not end the sweep
-                row["why"] = why(e, 100)
+    meta = dict(world=world.size, gpus=torch.cuda.device_count(),
+                nccl=nccl.version_text(nccl.nccl_version()), peers=",".join(args.peers))
+    table = make_table(world.size)
     if world.rank == 0:
-        report(rows, world.size, args)
-        if args.json:
-            torch = world.torch
-            schema.write(args.json, rows, dict(world=world.size, gpus=torch.cuda.device_count(),
-                                               nccl=nccl.version_text(nccl.nccl_version())))
+        print_header(table, world.size, args)
+    for kind in args.peers:
+        peers = candidates(world, kind)
+        for nbytes in sizes(args):
+            count = max(nbytes // 4, 1)
+            for name, (prepare, why_not) in peers.items():
+                row = dict(name=name, bytes=count * 4, count=count, world=world.size, why=why_not)
+                rows.append(row)
+                if prepare is None:
+                    continue
+                try:
+                    wrong, times = measure(world, args, prepare, count)
+                    row.update(us=statistics.median(times) * 1e6, us_min=min(times) * 1e6,
+                               us_max=max(times) * 1e6, wrong=wrong)
+                except Exception as e:  # noqa: BLE001 - one failing column does not end the sweep
+                    row["why"] = why(e, 100)
+            if world.rank == 0:
+                for row in rows[-len(peers):]:
+                    print(table.row(row, note=None if "us" in row else f"({row['why']})"))
+                sys.stdout.flush()
+                if args.json:
+                    schema.write(args.json, rows, meta)
 
 
 def _algbw(r):
@@ -101,25 +123,36 @@ def _busbw(factor):
     return lambda r: None if "us" not in r else _algbw(r) * factor
 
 
-def report(rows, world, args):
+def make_table(world):
+    factor = ALL_REDUCE.busbw_factor(world)
+    return Table([Column("size", 10, "bytes", "d"), Column("count", 10, "count", "d"),
+                  Column("peer", 14, "name", align="<"), Column("time us", 9, "us", ".1f"),
+                  Column("algbw", 7, _algbw, ".2f"),
+                  Column("busbw", 7, _busbw(factor), ".2f"),
+                  Column("#wrong", 6, "wrong", "d")])
+
+
+def print_header(table, world, args):
     import torch
 
     gpus = torch.cuda.device_count()
     print(f"# all_reduce, float32 sum, {world} rank processes on {gpus} GPU(s) "
-          f"({torch.cuda.get_device_name(0)}); median of {args.iters} calls, CUDA events")
+          f"({torch.cuda.get_device_name(0)}); median of {args.iters} calls, CUDA events; "
+          f"peers: {', '.join(args.peers)}")
     if world > gpus:
         print("# ranks share a GPU: without MPS their kernels take turns, so times are an upper "
               "bound on the collective, not the kernel's speed")
-    factor = ALL_REDUCE.busbw_factor(world)
-    table = Table([Column("size", 10, "bytes", "d"), Column("count", 10, "count", "d"),
-                   Column("peer", 14, "name", align="<"), Column("time us", 9, "us", ".1f"),
-                   Column("algbw", 7, _algbw, ".2f"),
-                   Column("busbw", 7, _busbw(factor), ".2f"),
-                   Column("#wrong", 6, "wrong", "d")])
     print(table.header())
-    for r in rows:
-        print(table.row(r, note=None if "us" in r else f"({r['why']})"))
     sys.stdout.flush()
+
+
+def _peer_kinds(text):
+    kinds = [k.strip() for k in text.split(",") if k.strip()]
+    unknown = [k for k in kinds if k not in PEERS]
+    if unknown or not kinds:
+        raise argparse.ArgumentTypeError(f"expected a comma list of {', '.join(PEERS)}, "
+                                         f"got {text!r}")
+    return [k for k in PEERS if k in kinds]
 
 
 def parse_args(argv=None):
@@ -128,7 +161,9 @@ def parse_args(argv=None):
     p.add_argument("--nproc", type=int, default=2, help="rank processes (ignored under torchrun)")
     p.add_argument("--iters", type=int, default=20, help="timed calls per size and peer")
     p.add_argument("--warmup", type=int, default=3, help="untimed calls before them")
-    p.add_argument("--json", metavar="PATH", help="write the rows here")
+    p.add_argument("--peers", type=_peer_kinds, default=list(PEERS), metavar="KINDS",
+                   help=f"comma list of {', '.join(PEERS)} (run in that order; default: all)")
+    p.add_argument("--json", metavar="PATH", help="write the rows here, after each size")
     args = p.parse_args(argv)
     check_size_options(p, args)
     if args.nproc < 1 or args.iters < 1 or args.warmup < 0:
@@ -145,8 +180,7 @@ def plan(args):
     all_sizes = sizes(args)
     return dict(ranks=args.nproc,
                 sizes=f"{len(all_sizes)} from {all_sizes[0]} to {all_sizes[-1]} B",
-                peers=", ".join([f"pycomm {a}" for a in pycomm_peers.CUDA_ALGORITHMS]
-                                + ["nccl", "symm one/two_shot"]),
+                peers=", ".join(PLAN_PEERS[k] for k in args.peers),
                 calls=f"{1 + args.warmup + args.iters} per size and peer",
                 nccl=f"{nccl.version_text(nccl.nccl_version())} here (ranks sharing a GPU need "
                      f"{nccl.version_text(nccl.SHARED_GPU_NCCL)}+)")

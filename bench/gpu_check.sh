@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
-# The GPU check: one run of about 5 to 7 minutes on a machine with one CUDA GPU (the H200
+# The GPU check: one run of at most 9 minutes on a machine with one CUDA GPU (the H200
 # pycomm borrows for ~15 minutes, start-up included) that returns, cheapest and most certain
-# first: the machine's facts; the build and pycomm's CUDA status; the native protocol tests;
+# first: the machine's facts that need no torch (nvidia-smi, the tools, the packages, Python's
+# headers), then torch's; the build and pycomm's CUDA status; the native protocol tests;
 # the kernels' values and times with ranks as threads of one process; compute-sanitizer's
-# verdict; every algorithm's values between processes over CUDA IPC; timings of processes
-# under MPS beside NCCL and PyTorch's symmetric memory; DDP ResNet-50 with the ring hook; the
-# CPU sweep on 16 cores; one table.
+# memcheck, initcheck and synccheck with every rank a block of one launch; a smoke grid of
+# every algorithm between processes over CUDA IPC, then the rest of the IPC tests; timings of
+# processes under MPS beside NCCL, PyTorch's symmetric memory apart; DDP's gradients with the
+# ring hook on ResNet-50; the 3-process IPC grid; one table. Steps marked "later" in STEPS
+# (ResNet-50's step times, the 3-process MPS timings, the CPU sweep on 16 cores) do not fit
+# the first run: a rerun names them with --steps.
 #
 #   bench/gpu_check.sh             on the GPU machine
-#   bench/gpu_check.sh --dry-run   anywhere (CI): the same steps, each checked as far as it
-#                                  can be without a GPU and recorded "skipped: no GPU"
-#   bench/gpu_check.sh --steps ipc_tests,ddp_grads   a rerun of a few steps (and preflight)
-#                                  on the same machine, on the build the first run left;
-#                                  the others are recorded "skipped: not selected"
+#   bench/gpu_check.sh --dry-run   anywhere (CI): every step, "later" ones too, checked as far
+#                                  as it can be without a GPU and recorded "skipped: ..."
+#   bench/gpu_check.sh --steps ipc_tests,ddp_resnet50   a rerun of a few steps (and
+#                                  preflight) on the same machine, on the build the first run
+#                                  left; the others are recorded "skipped: not selected"
 #
 # Every step has a time limit (STEPS below: their sum, printed first, is the run's worst
 # case and stays under 9 minutes); its output goes to $OUT/log.txt as it runs and its line to
@@ -20,17 +24,21 @@
 # each step bench/gpu_summary.py rebuilds $OUT/results.json (the numbers) and $OUT/table.txt,
 # so $OUT (bench/out/gpu when unset) holds these four files whenever the run ends.
 #
-# Why the steps are what they are (DESIGN.md, "What runs where"): kernels of different
-# processes take turns on one GPU unless MPS runs, so processes without MPS check values
-# only, and times come from ranks as threads of one process or from processes under MPS
-# (a daemon of our own, in folders of our own, stopped on exit). The GPU's settings are
-# never changed. NCCL before 2.30 refuses two ranks on one GPU: bench/harness/peers/nccl.py.
+# Why the steps are what they are (docs/cuda.md, "One GPU, several ranks"): kernels of
+# different processes take turns on one GPU unless MPS runs, so processes without MPS check
+# values only, and times come from ranks as threads of one process or from processes under
+# MPS (a daemon of our own, in folders of our own, stopped by a step of its own and again on
+# exit). The GPU's settings are never changed. NCCL before 2.30 refuses two ranks on one
+# GPU: bench/harness/peers/nccl.py.
 #
 # A dry run checks each step's command as it would run: a Python driver's real arguments are
 # parsed and its imports made by bench/dry_run.py (a wrong flag fails argparse), pytest
 # collects the selected tests, setup.py is evaluated, a native binary's flags are looked up
-# in its source. GPU_CHECK_BREAK=STEP hands STEP's command a flag nothing accepts:
-# tests/test_gpu_check.py proves with it that a failing step does not stop the next.
+# in its source (so every test id and bench flag named here must exist in the tree).
+# Two hooks let tests/test_gpu_check.py drive the bookkeeping without a GPU:
+# GPU_CHECK_BREAK=STEP hands STEP's command a flag nothing accepts (a failing step does not
+# stop the next), and GPU_CHECK_EXIT=STEP:RC[,STEP:RC] makes STEP's command exit RC (how a
+# sanitizer's exit status is recorded).
 set -uo pipefail
 bash -n "$0" || exit 2  # a syntax error fails at once, dry run or not
 cd "$(dirname "$0")/.."
@@ -45,30 +53,37 @@ while [ $# -gt 0 ]; do
   shift
 done
 
-# name, limit in seconds, in the order the steps are recorded. native_build runs beside build
-# (and import), from build's start and within build's limit, so it adds nothing to the total.
+# name, limit in seconds, in the order the steps are recorded. "beside": runs in the
+# background from build's start (within its own limit), so it adds nothing to the total.
+# "later": left out of a run unless --steps names it (a dry run checks it all the same).
 STEPS="
-preflight         15
-build            140
-import            15
-native_build     140 beside
-native_tests      15
-threads_tiny      12
-threads_2         12
-threads_4         12
-threads_8         18
-memcheck          20
-racecheck         15
-ipc_tests         70
-mps_start         15
-mps_procs_2       18
-mps_procs_3       18
-mps_procs_4       20
-ddp_grads         30
-ddp_resnet50      45
-cpu_collectives_4 15
-cpu_collectives_8 20
-summary            6
+preflight          26
+build             140
+torch_facts        45 beside
+import             15
+native_build      140 beside
+native_tests       15
+threads_tiny       10
+threads_2          10
+threads_4          10
+threads_8          10
+memcheck           18
+initcheck          15
+synccheck          15
+ipc_smoke          40
+ipc_tests          60
+mps_start          10
+mps_procs_2        18
+mps_procs_3        18 later
+mps_procs_4        18
+mps_symm_2         15
+ddp_resnet50       45 later
+mps_stop           12
+ddp_grads          30
+ipc_grid_3         45
+cpu_collectives_4  15 later
+cpu_collectives_8  20 later
+summary             5
 "
 limit_of() {
   local limit
@@ -76,10 +91,40 @@ limit_of() {
   [ -n "$limit" ] || { echo "gpu_check.sh: no step named $1" >&2; exit 2; }
   echo "$limit"
 }
-total=$(awk 'NF >= 2 && $3 != "beside" { s += $2 } END { print s }' <<<"$STEPS")
+mark_of() { awk -v n="$1" '$1 == n { print $3 }' <<<"$STEPS"; }
 for name in ${only//,/ }; do limit_of "$name" >/dev/null; done
 # Seconds of each step's limit kept for its bookkeeping (the table after it).
 BOOKKEEPING=4
+# cut_of NAME: the seconds step NAME's command gets. A dry run's forms still import torch,
+# on CI's 2 busy cores rather than the GPU machine's 16: they get twice the time, so that a
+# slow host is not taken for a wrong command (the limits stay the GPU machine's).
+cut_of() { echo $(( ($(limit_of "$1") - BOOKKEEPING) * (${dry:-0} + 1) )); }
+
+# chosen NAME: whether a real run with these arguments runs step NAME. preflight and
+# summary always run; mps_stop runs wherever mps_start does (the daemon must not outlive
+# its steps).
+chosen() {
+  case $1 in
+    preflight | summary) return 0 ;;
+    mps_stop) chosen mps_start; return ;;
+  esac
+  if [ -n "$only" ]; then [[ $only == *",$1,"* ]]; else [ "$(mark_of "$1")" != later ]; fi
+}
+# selected NAME: whether this run walks step NAME: what a real run chooses, and in a dry run
+# without --steps every step, so that a later run's commands are checked too.
+selected() { chosen "$1" || { [ -n "$dry" ] && [ -z "$only" ]; }; }
+why_not_selected() {
+  if [ -z "$only" ] && [ "$(mark_of "$1")" = later ]; then
+    echo "skipped: later (--steps $1)"
+  else
+    echo "skipped: not selected"
+  fi
+}
+
+total=0
+while read -r name limit mark; do
+  [ -n "$name" ] && [ "$mark" != beside ] && chosen "$name" && total=$((total + limit))
+done <<<"$STEPS"
 
 out=${OUT:-bench/out/gpu}
 mkdir -p "$out"
@@ -94,21 +139,25 @@ export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export jobs=$(nproc) native=native-build-gpu
 bench=$native/threads_all_reduce_bench
 failures=0
-mps_tried= native_pid=
+mps_tried=
+declare -A beside_pid=() beside_cmd=()
 
 cleanup() {
-  stop_mps
-  [ -n "$native_pid" ] && [ -f "$work/native_build.pid" ] &&
-    kill -- "-$(cat "$work/native_build.pid")" 2>/dev/null
+  local name
+  for name in "${!beside_pid[@]}"; do  # each beside step's timeout leads its process group
+    [ -f "$work/$name.pid" ] && kill -- "-$(cat "$work/$name.pid")" 2>/dev/null
+  done
+  [ -z "$mps_tried" ] || stop_mps
   rm -rf "$work"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 echo "# bench/gpu_check.sh${dry:+ --dry-run}${only:+ --steps ${only:1:-1}}: $(grep -c . <<<"$STEPS")" \
-  "steps, at most $total s in all (the sum of their limits; each is cut at its own); output in $out" |
-  tee -a "$log"
-awk 'NF >= 2 { printf "#   %-18s %4d s%s\n", $1, $2, ($3 == "beside" ? " (beside build)" : "") }' \
+  "steps, at most $total s in all (the sum of the limits of the steps a run takes; each is cut" \
+  "at its own); output in $out" | tee -a "$log"
+awk 'NF >= 2 { printf "#   %-18s %4d s%s\n", $1, $2,
+               ($3 == "beside" ? " (beside build)" : $3 == "later" ? " (later: --steps " $1 ")" : "") }' \
   <<<"$STEPS" | tee -a "$log"
 
 # ----------------------------------------------------------------------------- the steps
@@ -124,44 +173,102 @@ record() {
 }
 recorded() { awk -F'\t' -v n="$1" '$1 == n { f = 1 } END { exit !f }' "$steps_tsv"; }
 
-selected() { [ -z "$only" ] || [ "$1" = preflight ] || [[ $only == *",$1,"* ]]; }
-
+# skip_rc=RC:REASON, set around a step, records that step's exit status RC as
+# "skipped: REASON": an outcome that says the check could not be made, not that it failed.
+skip_rc=
 status_of() {  # the status of step $2, whose command exited with $1
   case $1 in
     0) echo ok ;;
-    124 | 137) echo "TIMEOUT at $(($(limit_of "$2") - BOOKKEEPING)) s" ;;
+    124 | 137) echo "TIMEOUT at $(cut_of "$2") s" ;;
+    "${skip_rc%%:*}") echo "skipped: ${skip_rc#*:}" ;;
     *) echo "FAILED rc=$1" ;;
   esac
 }
 
+# command_of NAME WHY CMD...: sets cmd to what step NAME runs: CMD, or its dry form in a
+# dry run (with WHY set), with the test hooks applied.
+command_of() {
+  local name=$1 why=$2 hook code
+  shift 2
+  [ "${GPU_CHECK_BREAK:-}" = "$name" ] && set -- "$@" --gpu-check-broken-flag
+  [ -n "$dry" ] && [ -n "$why" ] && set -- dry_form "$@"
+  for hook in $(tr , " " <<<"${GPU_CHECK_EXIT:-}"); do
+    if [ "${hook%%:*}" = "$name" ]; then
+      code=${hook#*:}
+      set -- bash -c 'echo "GPU_CHECK_EXIT: the step exits $0 instead of running"; exit "$0"' "$code"
+    fi
+  done
+  cmd=("$@")
+}
+
+# finish NAME WHY RC SECONDS: records how step NAME ended ($note, when set, goes with it).
+# A dry run's pass of a step with WHY set is "skipped: WHY".
+note=
+finish() {
+  local name=$1 why=$2 rc=$3 took=$4 status
+  status=$(status_of "$rc" "$name")
+  if [ -n "$dry" ] && [ -n "$why" ]; then
+    if [ "$rc" = 0 ]; then record "$name" "skipped: $why" "$took" "dry form ok"
+    else record "$name" "$status (dry run)" "$took"; fi
+  else
+    record "$name" "$status" "$took" "$note"
+  fi
+}
+
 # step NAME DRY_WHY CMD...: runs CMD (a program or an exported function) within NAME's
 # limit, its output appended to log.txt as it comes and kept as $raw/NAME.log, and records
-# how it ended ($note, when set, goes with it). With DRY_WHY set, a dry run runs CMD's dry
-# form instead, and a pass is "skipped: DRY_WHY".
-note=
+# how it ended. With DRY_WHY set, a dry run runs CMD's dry form instead.
 step() {
-  local name=$1 why=$2 limit from start rc status
+  local name=$1 why=$2 limit from start rc
   shift 2
   if ! selected "$name"; then
-    record "$name" "skipped: not selected" 0
+    record "$name" "$(why_not_selected "$name")" 0
     return
   fi
   limit=$(limit_of "$name") || exit 2  # a step the plan does not know: the script is wrong
-  [ "${GPU_CHECK_BREAK:-}" = "$name" ] && set -- "$@" --gpu-check-broken-flag
-  [ -n "$dry" ] && [ -n "$why" ] && set -- dry_form "$@"
-  printf '\n==== %s (limit %s s): %s\n' "$name" "$limit" "$*" >>"$log"
+  command_of "$name" "$why" "$@"
+  printf '\n==== %s (limit %s s): %s\n' "$name" "$limit" "${cmd[*]}" >>"$log"
   echo "== $name"
   from=$(stat -c %s "$log") start=$SECONDS
-  timeout --kill-after=1 "$((limit - BOOKKEEPING))" bash -c '"$@"' _ "$@" >>"$log" 2>&1 </dev/null
+  timeout --kill-after=1 "$(cut_of "$name")" bash -c '"$@"' _ "${cmd[@]}" >>"$log" 2>&1 </dev/null
   rc=$?
   tail -c +"$((from + 1))" "$log" >"$raw/$name.log"
-  status=$(status_of "$rc" "$name")
-  if [ -n "$dry" ] && [ -n "$why" ]; then
-    if [ "$rc" = 0 ]; then record "$name" "skipped: $why" "$((SECONDS - start))" "dry form ok"
-    else record "$name" "$status (dry run)" "$((SECONDS - start))"; fi
-  else
-    record "$name" "$status" "$((SECONDS - start))" "$note"
+  finish "$name" "$why" "$rc" "$((SECONDS - start))"
+}
+
+# beside NAME DRY_WHY NICENESS CMD...: starts step NAME in the background, at NICENESS,
+# within its own limit; collect NAME records it. Its output is kept apart until then, so
+# that log.txt reads step by step.
+beside() {
+  local name=$1 why=$2 niceness=$3
+  shift 3
+  selected "$name" || return 0
+  command_of "$name" "$why" "$@"
+  echo "== $name (beside build)"
+  (
+    start=$SECONDS
+    # timeout leads its own process group: cleanup ends the whole step through it.
+    timeout --kill-after=1 "$(cut_of "$name")" \
+      nice -n "$niceness" bash -c '"$@"' _ "${cmd[@]}" >"$raw/$name.log" 2>&1 </dev/null &
+    echo $! >"$work/$name.pid"
+    wait $!
+    echo "$? $((SECONDS - start))" >"$work/$name.done"
+  ) &
+  beside_pid[$name]=$! beside_cmd[$name]=${cmd[*]}
+}
+collect() {  # collect NAME DRY_WHY: waits for step NAME (started by beside) and records it
+  local name=$1 why=$2 rc took
+  if ! selected "$name"; then
+    record "$name" "$(why_not_selected "$name")" 0
+    return
   fi
+  wait "${beside_pid[$name]}"
+  unset "beside_pid[$name]"
+  read -r rc took <"$work/$name.done" 2>/dev/null || rc=1 took=0
+  { printf '\n==== %s (limit %s s, beside build): %s\n' "$name" "$(limit_of "$name")" \
+      "${beside_cmd[$name]}"
+    cat "$raw/$name.log"; } >>"$log"
+  finish "$name" "$why" "$rc" "$took"
 }
 
 # any NAME CMD...: a step that runs the same in a dry run.
@@ -240,6 +347,23 @@ native_flags_known() {
   return $bad
 }
 
+# machine_facts JSON: what needs neither torch nor the GPU, written first, then
+# whether the driver answers: `nvidia-smi -L` within 20 s (a fresh machine's first call
+# starts the driver), its GPU lines deciding which steps run, then the GPU's fields.
+machine_facts() {
+  local json=${1:?machine_facts JSON} start rc
+  [ $# = 1 ] || { echo "machine_facts: unknown arguments: ${*:2}"; return 2; }
+  python3 bench/gpu_facts.py host --json "$json" || return
+  echo "\$ timeout 20 nvidia-smi -L"
+  start=$SECONDS
+  timeout 20 nvidia-smi -L
+  rc=$?
+  echo "nvidia-smi -L: rc $rc after $((SECONDS - start)) s"  # gpu_check.sh reads this line
+  # The fields' query fits in this step's limit only after a prompt answer.
+  [ "$rc" = 0 ] && [ $((SECONDS - start)) -lt 15 ] && python3 bench/gpu_facts.py smi --json "$json"
+  return 0
+}
+
 # The native build: CMake (ctest's tests and the threads bench) where cmake exists, else the
 # threads bench alone, compiled by nvcc.
 native_build() {
@@ -270,7 +394,7 @@ native_build() {
 
 # MPS as a daemon of our own: its pipe and log folders are ours, exported only from
 # mps_start on (a client finds the daemon through them).
-mps_pipe=$work/mps/pipe mps_log=$work/mps/log
+export mps_pipe=$work/mps/pipe mps_log=$work/mps/log
 start_mps() {
   if [ "${1:-}" = --dry-run ]; then
     shift
@@ -295,51 +419,95 @@ start_mps() {
   }
   echo "MPS server: $(echo get_server_list | nvidia-cuda-mps-control)"
 }
-stop_mps() {
-  [ -n "$mps_tried" ] || return 0
-  echo quit | CUDA_MPS_PIPE_DIRECTORY=$mps_pipe timeout 3 nvidia-cuda-mps-control >/dev/null 2>&1
-  mps_tried=
-  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+# Our MPS processes: the control daemon and its servers, ours by user and by the pipe
+# folder in their environment or their parent (never another user's daemon, or one of the
+# image's own). Matched on the command line: a process's name stops at 15 characters.
+mps_pids() {
+  local pid daemons=" "
+  ours() { tr '\0' '\n' <"/proc/$1/environ" 2>/dev/null | grep -qxF "CUDA_MPS_PIPE_DIRECTORY=$mps_pipe"; }
+  for pid in $(pgrep -u "$(id -u)" -f '^([^ ]*/)?nvidia-cuda-mps-control( |$)'); do
+    ours "$pid" && daemons+="$pid " && echo "$pid"
+  done
+  for pid in $(pgrep -u "$(id -u)" -f '^([^ ]*/)?nvidia-cuda-mps-server( |$)'); do
+    if ours "$pid" || [[ $daemons == *" $(ps -o ppid= -p "$pid" | tr -d ' ') "* ]]; then
+      echo "$pid"
+    fi
+  done
 }
-export -f dry_form native_flags_known native_build start_mps
+# stop_mps: asks our daemon to quit, its servers given 2 s to let their clients go, then
+# makes sure it is gone: a daemon left behind would hold the GPU for whoever comes next.
+stop_mps() {
+  local pids i
+  if [ "${1:-}" = --dry-run ]; then
+    shift
+    [ $# = 0 ] || { echo "stop_mps: unknown arguments: $*"; return 2; }
+    echo "would run: echo 'quit -t 2' | nvidia-cuda-mps-control, then wait for our daemon and" \
+      "servers (pgrep, by the pipe folder in their environment) and kill any left"
+    return 0
+  fi
+  [ $# = 0 ] || { echo "stop_mps: unknown arguments: $*"; return 2; }
+  if command -v nvidia-cuda-mps-control >/dev/null; then
+    echo "quit -t 2" | CUDA_MPS_PIPE_DIRECTORY=$mps_pipe timeout 4 nvidia-cuda-mps-control
+  fi
+  for i in $(seq 12); do
+    pids=$(mps_pids)
+    [ -n "$pids" ] || { echo "MPS stopped"; return 0; }
+    sleep 0.25
+  done
+  echo "MPS processes left after quit: $(tr '\n' ' ' <<<"$pids"); killing them"
+  kill $pids 2>/dev/null
+  sleep 0.5
+  pids=$(mps_pids)
+  [ -z "$pids" ] || kill -9 $pids 2>/dev/null
+  sleep 0.2
+  [ -z "$(mps_pids)" ] || { echo "MPS processes survive: $(mps_pids | tr '\n' ' ')"; return 7; }
+  echo "MPS stopped (killed)"
+  return 8  # stopped, but not as asked: worth a look
+}
+export -f dry_form native_flags_known machine_facts native_build start_mps mps_pids stop_mps
 
-# (0) The machine, first: what every later step depends on.
-any preflight python3 bench/gpu_facts.py machine --json "$raw/machine.json"
+# (0) The machine, first: what every later step depends on, without torch. The GPU steps
+# run when `nvidia-smi -L` lists a GPU; or when it did not answer in time but a device node
+# exists (a slow driver start must not skip the whole run: those steps speak for themselves).
+any preflight machine_facts "$raw/machine.json"
 gpu_visible=
-grep -q '"driver_version"' "$raw/machine.json" 2>/dev/null && gpu_visible=yes  # nvidia-smi saw one
-[ -n "$dry$gpu_visible" ] ||
-  echo "# no GPU visible: the GPU steps are skipped (bench/gpu_check.sh --dry-run checks them)" | tee -a "$log"
-
-# (1) The build for sm_90 only, with the native build beside it (nice, so that setup.py,
-# which more steps need, has the cores first).
-if [ -z "$dry" ] && selected native_build; then
-  native_start=$SECONDS
-  (
-    # timeout leads its own process group: cleanup ends the whole build through it.
-    brk=()
-    [ "${GPU_CHECK_BREAK:-}" = native_build ] && brk=(--gpu-check-broken-flag)
-    timeout --kill-after=1 "$(($(limit_of native_build) - BOOKKEEPING))" \
-      nice -n 10 bash -c 'native_build "$@"' _ "${brk[@]}" >"$raw/native_build.log" 2>&1 </dev/null &
-    echo $! >"$work/native_build.pid"
-    wait $!
-    echo "$? $((SECONDS - native_start))" >"$work/native_build.done"
-  ) &
-  native_pid=$!
+smi_rc=$(sed -n 's/^nvidia-smi -L: rc \([0-9]*\) .*/\1/p' "$raw/preflight.log" 2>/dev/null)
+if grep -Eq '^GPU [0-9]+: ' "$raw/preflight.log" 2>/dev/null; then
+  gpu_visible=yes
+elif [[ $smi_rc =~ ^(|124|137)$ ]] && compgen -G '/dev/nvidia[0-9]*' >/dev/null; then
+  gpu_visible=unknown
 fi
-host build env TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS="$jobs" python3 setup.py build_ext --inplace
+if [ -z "$dry" ]; then
+  case $gpu_visible in
+    "") echo "# no GPU visible: the GPU steps are skipped (bench/gpu_check.sh --dry-run checks them)" ;;
+    unknown) echo "# nvidia-smi -L did not answer, but /dev/nvidia* exists: the GPU steps run" ;;
+  esac | tee -a "$log"
+fi
+# Packages are looked up here, not in the preflight's facts: a step cut short must not
+# make them look missing.
+have_package() {
+  timeout 10 python3 -c 'import importlib.util as u, sys; sys.exit(u.find_spec(sys.argv[1]) is None)' "$1"
+}
+
+# (1) The build for sm_90 only, with torch's facts (a cold import, CUDA's start and NCCL's
+# loading: slow on a fresh machine, needed by no step) and the native build beside it (nice,
+# so that setup.py, which more steps need, has the cores first). Without Python's headers the
+# build would spend its whole limit failing: that is recorded at once instead.
+beside torch_facts "" 0 python3 bench/gpu_facts.py torch --json "$raw/torch_facts.json"
+beside native_build "dry run" 10 native_build
+python_h=$(timeout 10 python3 -c 'import sys; sys.path.insert(0, "bench"); import gpu_facts
+print(gpu_facts.python_headers()[0])')
+if selected build && ! [ -f "$python_h" ]; then
+  headers_why="$(python3 -V 2>&1) has no development headers (${python_h:-sysconfig did not answer})"
+  record build "FAILED: no Python.h" 0 "$headers_why: install its -dev package"
+else
+  host build env TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS="$jobs" python3 setup.py build_ext --inplace
+fi
+collect torch_facts ""
 any import python3 bench/gpu_facts.py pycomm --json "$raw/pycomm.json"
 
 # (2) The native protocol and kernel tests, once the native build is done.
-if [ -n "$dry" ] || ! selected native_build; then
-  host native_build native_build
-else
-  wait "$native_pid"
-  native_pid=
-  read -r native_rc native_took <"$work/native_build.done" 2>/dev/null || native_rc=1 native_took=0
-  { printf '\n==== native_build (limit %s s, beside build)\n' "$(limit_of native_build)"
-    cat "$raw/native_build.log"; } >>"$log"
-  record native_build "$(status_of "$native_rc" native_build)" "$native_took"
-fi
+collect native_build "dry run"
 native_tests_ready() { status_is_ok native_build && test -f "$native/CTestTestfile.cmake"; }
 runnable native_tests "no native tests (native_build: no cmake, or it failed)" native_tests_ready &&
   host native_tests ctest --test-dir "$native" --output-on-failure -j "$jobs" --timeout 10
@@ -357,71 +525,94 @@ for n in 2 4 8; do
       --timeout-ms 5000 --json "$raw/threads_$n.json"
 done
 
-# (4) compute-sanitizer on a short threads run. If it serializes the ranks' kernels, they
-# wait for each other until the in-kernel bound (3 s) and the bench exits 3: the table
-# shows the sanitizer's error count either way.
+# (4) compute-sanitizer on a short threads run whose ranks are the blocks of one launch:
+# a sanitizer may run separate launches one at a time, and then each rank's kernel would wait
+# out its bound for a peer that cannot start. memcheck (out of bounds, misaligned),
+# initcheck (reads of memory never written), synccheck (barriers a block does not reach
+# whole); racecheck is left out, as it looks only at shared memory, which these kernels do
+# not use. Should the sanitizer still serialize the blocks, the bench's waits time out
+# (exit 3): the check could not be made, which is not a failure; an error count (exit 9) is.
 have_sanitizer() { have_bench && command -v compute-sanitizer >/dev/null; }
-for tool in memcheck racecheck; do
+skip_rc="3:sanitizer serialized the ranks"
+for tool in memcheck initcheck synccheck; do
   runnable "$tool" "no compute-sanitizer or no threads bench" have_sanitizer &&
     gpu "$tool" compute-sanitizer --tool "$tool" --error-exitcode 9 --print-limit 20 \
       "$bench" --ranks 2 --min-bytes 12 --max-bytes 96K --buffer-bytes 32K --iters 1 --warmup 0 \
-      --timeout-ms 3000
+      --timeout-ms 3000 --one-launch
 done
+skip_rc=
 
-# (5) Two (then three) processes over CUDA IPC without MPS, values only, against a float64
-# CPU reference: tests/test_cuda_path.py's grid is every dtype x op x algorithm (auto,
-# direct, two_shot, ring) x count (0, 1, 7: not a multiple of 16 bytes, 1023, 2^20 + 3:
-# more than the 1 MiB staging buffer). Cheapest first; the 3-process grid, which takes the
-# most turns on the GPU, last.
+# (5) Processes over CUDA IPC without MPS, values only, against a float64 CPU reference.
+# Without MPS the ranks' kernels take turns on the GPU, so every crossing of a flag costs
+# turns: the cheapest and most telling first. ipc_smoke: the kernels' own tests, the
+# registration, graph capture refused, a small grid that reaches every algorithm at counts
+# 1, 7 and 2^20 + 3 (pieces through the staging buffer), and a late peer's kernel timing out
+# on the GPU. ipc_tests: the rest on 2 ranks, the full grid (every dtype x op x algorithm x
+# count, each case followed by a gloo all-gather) last, so that its being cut loses nothing
+# else. ipc_grid_3: the same grid on 3 ranks, which take the most turns, a step of its own
+# at the end of the run.
 pycomm_ok() { status_is_ok import; }
-# Python packages the preflight found (bench/gpu_facts.py writes "NAME": true).
-have_package() { grep -q "\"$1\": true" "$raw/machine.json" 2>/dev/null; }
 ipc_ready() { pycomm_ok && have_package pytest; }
-runnable ipc_tests "needs pycomm with CUDA (import) and pytest" ipc_ready &&
-  gpu ipc_tests python3 -m pytest -v -p no:cacheprovider -rfEs \
+pytest_steps=(python3 -m pytest -v -p no:cacheprovider -rfEs)
+path_test=tests/test_cuda_path.py
+runnable ipc_smoke "needs pycomm with CUDA (import) and pytest" ipc_ready &&
+  gpu ipc_smoke "${pytest_steps[@]}" \
     tests/test_cuda_kernels.py \
-    tests/test_cuda_path.py::test_backend_registers_for_cuda_where_built \
-    tests/test_cuda_path.py::test_graph_capture_is_refused_clearly \
-    tests/test_cuda_path.py::test_large_in_pieces_and_async \
-    "tests/test_cuda_path.py::test_all_reduce_grid[2]" \
-    tests/test_cuda_path.py::test_ddp_ring_hook_on_cuda \
-    tests/test_cuda_path.py::test_sync_batchnorm_under_ring_hook \
-    tests/test_cuda_path.py::test_backend_serves_cuda_tensors \
-    tests/test_cuda_path.py::test_a_late_peer_kernel_times_out_on_the_gpu \
-    "tests/test_cuda_path.py::test_all_reduce_grid[3]"
+    "$path_test::test_backend_registers_for_cuda_where_built" \
+    "$path_test::test_graph_capture_is_refused_clearly" \
+    "$path_test::test_all_reduce_smoke[2]" \
+    "$path_test::test_a_late_peer_kernel_times_out_on_the_gpu"
+runnable ipc_tests "needs pycomm with CUDA (import) and pytest" ipc_ready &&
+  gpu ipc_tests "${pytest_steps[@]}" \
+    "$path_test::test_large_in_pieces_and_async" \
+    "$path_test::test_backend_serves_cuda_tensors" \
+    "$path_test::test_ddp_ring_hook_on_cuda" \
+    "$path_test::test_sync_batchnorm_under_ring_hook" \
+    "$path_test::test_all_reduce_grid[2]"
 
-# (6) Processes under MPS, when it starts: values and times of 2, 3 and 4 ranks, beside NCCL
-# (skipped with its reason before 2.30) and symmetric memory's one-shot and two-shot.
+# (6) Processes under MPS, when it starts: values and times of 2 (and later 3) and 4 ranks
+# beside NCCL (skipped with its reason before 2.30), then PyTorch's symmetric memory in a
+# process of its own: its waits have no bound of ours, and a trap there would poison the
+# CUDA context that pycomm's columns are timed in.
 have_mps_control() { command -v nvidia-cuda-mps-control >/dev/null; }
-if [ -z "$dry" ] && selected mps_start && have_mps_control; then
+if [ -z "$dry" ] && chosen mps_start && have_mps_control; then
   mps_tried=1
   export CUDA_MPS_PIPE_DIRECTORY=$mps_pipe CUDA_MPS_LOG_DIRECTORY=$mps_log
 fi
 runnable mps_start "no nvidia-cuda-mps-control on this machine" have_mps_control &&
   gpu mps_start start_mps
 mps=
-if [ "$(step_status mps_start)" = ok ]; then mps=1; else stop_mps; fi
+[ "$(step_status mps_start)" = ok ] && mps=1
 for n in 2 3 4; do
   runnable "mps_procs_$n" "MPS did not start (mps_start)" test -n "$mps" &&
     gpu "mps_procs_$n" python3 bench/cuda_allreduce_perf.py --nproc "$n" -b 8 -e 256M -f 32 \
-      --iters 10 --warmup 3 --json "$raw/mps_procs_$n.json"
+      --iters 10 --warmup 3 --peers pycomm,nccl --json "$raw/mps_procs_$n.json"
 done
-
-# (7) DDP on the one GPU with 2 ranks, under MPS when it started: the ring hook's gradients
-# (fp32, bf16) against DDP's own all-reduce over gloo, then ResNet-50's step times.
+runnable mps_symm_2 "MPS did not start (mps_start)" test -n "$mps" &&
+  gpu mps_symm_2 python3 bench/cuda_allreduce_perf.py --nproc 2 -b 8 -e 256M -f 32 \
+    --iters 10 --warmup 3 --peers symm --json "$raw/mps_symm_2.json"
+# ResNet-50's step times with 2 ranks on the one GPU, under MPS when it started.
 [ -n "$dry" ] || note=${mps:+under MPS}
 [ -n "$dry$mps" ] || note="without MPS: the ranks' kernels take turns"
 ddp_ready() { pycomm_ok && have_package torchvision; }
-runnable ddp_grads "needs pycomm with CUDA (import) and torchvision" ddp_ready &&
-  gpu ddp_grads python3 bench/ddp_hook_check.py --nproc 2 --model resnet50 --image-size 112 \
-    --batch-size 8 --json "$raw/ddp_grads.json"
 runnable ddp_resnet50 "needs pycomm with CUDA (import) and torchvision" ddp_ready &&
   gpu ddp_resnet50 python3 bench/ddp_resnet50.py --device cuda --nproc 2 \
     --modes no-comm,sync-only,stock,ring,ring-bf16 --rounds 3 --steps 2 --warmup 2 --no-baseline \
     --json "$raw/ddp_resnet50.json" --plot ''
 note=
-# The CPU steps are no MPS clients (the daemon itself stops with the summary).
+runnable mps_stop "MPS was not started" test -n "$mps_tried" &&
+  host mps_stop stop_mps
+[ "$(step_status mps_stop)" = ok ] && mps_tried=
+# The steps after this are no MPS clients.
 unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+
+# (7) DDP on the one GPU with 2 ranks: the ring hook's gradients (fp32, bf16) on ResNet-50
+# against DDP's own all-reduce over gloo; then the 3-process IPC grid.
+runnable ddp_grads "needs pycomm with CUDA (import) and torchvision" ddp_ready &&
+  gpu ddp_grads python3 bench/ddp_hook_check.py --nproc 2 --model resnet50 --image-size 112 \
+    --batch-size 8 --json "$raw/ddp_grads.json"
+runnable ipc_grid_3 "needs pycomm with CUDA (import) and pytest" ipc_ready &&
+  gpu ipc_grid_3 "${pytest_steps[@]}" "$path_test::test_all_reduce_grid[3]"
 
 # (8) The CPU shared-memory path on the 16 cores CI does not have: the collectives DDP and
 # FSDP use.
@@ -434,11 +625,10 @@ done
 # (9) Every planned step must have a line (a step skipped by mistake shows as missing), then
 # the table.
 summary_start=$SECONDS
-stop_mps
 while read -r name _; do
   if [ -z "$name" ] || [ "$name" = summary ] || recorded "$name"; then continue; fi
   if selected "$name"; then record "$name" "FAILED: never ran" 0
-  else record "$name" "skipped: not selected" 0; fi
+  else record "$name" "$(why_not_selected "$name")" 0; fi
 done <<<"$STEPS"
 record summary ok "$((SECONDS - summary_start))" "$failures step(s) did not pass"
 echo

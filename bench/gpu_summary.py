@@ -43,10 +43,9 @@ SANITIZER_ERRORS = re.compile(r"ERROR SUMMARY: (\d+) error")
 CTEST_LINE = re.compile(r"\d+% tests passed, \d+ tests failed out of \d+")
 # What the threads bench chose so that every rank's blocks are resident at once.
 RESIDENT = re.compile(r"^# (\d+ SMs: at most \d+ blocks a rank)", re.M)
-# The threads bench exits 3 when a kernel's wait for a peer timed out: under
-# compute-sanitizer, which may run the ranks' kernels one at a time, that is expected.
-SERIALIZED = ("; the bench's rc 3 is an in-kernel wait that timed out: the sanitizer "
-              "likely ran the ranks' kernels one at a time")
+# gpu_check.sh records a sanitizer step whose bench exited 3 (an in-kernel wait for a peer
+# timed out) as skipped with this reason: the sanitizer ran the ranks one at a time.
+SERIALIZED = "skipped: sanitizer serialized"
 
 
 # --------------------------------------------------------------------------- gathering
@@ -118,15 +117,37 @@ def _dry(name, data):
             + (f"MISSING {'; '.join(missing)}" if missing else "ok") + (f"; {plan}" if plan else "")]
 
 
-def machine_lines(m):
+def machine_lines(m, t=None):
+    """The preflight's facts (m: no torch) and torch's (t), either possibly cut short."""
+    t = t or {}
     gpus = m.get("gpus_smi") or [{}]
     g = gpus[0]
-    return [f"machine: {g.get('name', 'no GPU')}, driver {g.get('driver_version', '-')}, compute mode "
-            f"{g.get('compute_mode', '-')}, MIG {g.get('mig.mode.current', '-')}; torch {m.get('torch')}, "
-            f"CUDA {m.get('torch_cuda')}, NCCL {m.get('nccl')}; nvcc {m.get('nvcc') or 'missing'}",
-            "missing: " + (", ".join([k for k, v in m.get("tools", {}).items() if not v]
-                                     + [k for k, v in m.get("packages", {}).items() if not v])
-                           or "nothing")]
+    lines = [f"machine: {g.get('name', 'no GPU')}, driver {g.get('driver_version', '-')}, compute "
+             f"mode {g.get('compute_mode', '-')}, MIG {g.get('mig.mode.current', '-')}; torch "
+             f"{t.get('torch', '-')}, CUDA {t.get('torch_cuda', '-')}, NCCL {t.get('nccl', '-')}; "
+             f"nvcc {m.get('nvcc') or 'missing'}; python {m.get('python')}"
+             + ("" if m.get("python_headers_present", True)
+                else f" WITHOUT its headers ({m.get('python_headers')})"),
+             "missing: " + (", ".join([k for k, v in m.get("tools", {}).items() if not v]
+                                      + [k for k, v in m.get("packages", {}).items() if not v])
+                            or "nothing")]
+    for what, facts in (("preflight", m), ("torch_facts", t)):
+        if facts.get("unfinished"):
+            lines.append(f"{what} was cut short while waiting for {facts['unfinished']}")
+    if t.get("cuda_error"):
+        lines.append(f"CUDA did not start in torch: {t['cuda_error']}")
+    return lines
+
+
+def mps_line(m, steps):
+    """Whether the image has MPS's control program, and what became of the daemon."""
+    if "nvidia-cuda-mps-control" not in m.get("tools", {}):
+        return []
+    status = {s["name"]: s["status"] for s in steps}
+    present = m["tools"]["nvidia-cuda-mps-control"]
+    return ["MPS: nvidia-cuda-mps-control " + ("is" if present else "is NOT") + " on the image"
+            + "".join(f"; {name} {status[name]}" for name in ("mps_start", "mps_stop")
+                      if name in status)]
 
 
 def threads_lines(name, data, facts):
@@ -217,7 +238,10 @@ def cpu_lines(name, data):
 def number_lines(results):
     lines = []
     if isinstance(results.get("machine"), dict):
-        lines += machine_lines(results["machine"])
+        torch_facts = results.get("torch_facts")
+        lines += machine_lines(results["machine"],
+                               torch_facts if isinstance(torch_facts, dict) else None)
+        lines += mps_line(results["machine"], results.get("steps", []))
     logs = results.get("logs", {})
     for step in results.get("steps", []):
         name = step["name"]
@@ -227,7 +251,7 @@ def number_lines(results):
                 lines += _dry(name, data)
             elif name.startswith("threads_") and data:
                 lines += threads_lines(name, data, facts)
-            elif name.startswith("mps_procs_") and data:
+            elif name.startswith(("mps_procs_", "mps_symm_")) and data:
                 lines += procs_lines(name, data)
             elif name == "ddp_grads" and data:
                 lines += ddp_grads_lines(name, data)
@@ -235,11 +259,12 @@ def number_lines(results):
                 lines += ddp_lines(name, data)
             elif name.startswith("cpu_collectives_") and data:
                 lines += cpu_lines(name, data)
-            elif name == "ipc_tests":
+            elif name.startswith("ipc_"):
                 lines += pytest_lines(name, facts)
             if "sanitizer_errors" in facts:
                 lines.append(f"{name}: compute-sanitizer found {facts['sanitizer_errors']} error(s)"
-                             + (SERIALIZED if step["status"] == "FAILED rc=3" else ""))
+                             + ("; the bench's waits timed out: the sanitizer ran the ranks "
+                                "one at a time" if step["status"].startswith(SERIALIZED) else ""))
             if "ctest" in facts:
                 lines.append(f"{name}: {facts['ctest']}")
         except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
