@@ -14,11 +14,14 @@ where torch or the runtime extension pycomm._C cannot load: the runtime's names
 then raise an AttributeError that names the ImportError that stopped it (and
 with torch there, importing pycomm warns at once).
 """
+from ._version import __version__  # torch-free: there even when the runtime is not
+
 __all__ = [
     "CollectiveMismatch",
     "CommError",
     "CommTimeout",
     "Communicator",
+    "PeerDied",
     "RingState",
     "all_reduce",
     "allreduce_gradients",
@@ -44,7 +47,7 @@ except ImportError as error:
 else:
     _RUNTIME_ERROR = None
     from . import backend
-    from .errors import CollectiveMismatch, CommError, CommTimeout
+    from .errors import CollectiveMismatch, CommError, CommTimeout, PeerDied
     from .bucketing import allreduce_gradients
     from .comm import Communicator, all_reduce, barrier, destroy, get_communicator, init
     from .hooks import RingState, ring_hook

@@ -19,20 +19,43 @@ between hosts.
 from __future__ import annotations
 
 import datetime
+from typing import Optional
 
 import torch.distributed as dist
 
 from . import _C
+from .torch_compat import group_timeout
 from .config import communicator_config, timeout_seconds
 from .rendezvous import create_communicator
 from .topology import HostLayout, exchange
 
 NAME = "pycomm"
 
+# The timeout torch handed the creator of each of pycomm's groups, by group
+# name: the direct API on such a group takes it (group_timeout_s), as it takes
+# a gloo group's from its options.
+_GROUP_TIMEOUTS: dict = {}
+
+
+def group_timeout_s(group) -> Optional[float]:
+    """Seconds: `group`'s own timeout (None: the default group), or None where
+    torch does not say. A group on pycomm's backend answers from what its
+    creator was given, any other through torch_compat.group_timeout."""
+    name = None
+    try:
+        name = (group if group is not None else dist.group.WORLD).group_name
+    except (AttributeError, RuntimeError, ValueError):
+        pass
+    if name in _GROUP_TIMEOUTS:
+        return _GROUP_TIMEOUTS[name]
+    timeout = group_timeout(group)
+    return None if timeout is None else timeout.total_seconds()
+
 
 def _create(options, _backend_options=None):
     """The creator torch calls for each group (extended API)."""
     rank, world = options.group_rank, options.group_size
+    _GROUP_TIMEOUTS[options.group_id] = options.timeout.total_seconds()
     # PYCOMM_TIMEOUT if set, else the group's own timeout.
     timeout_s = timeout_seconds(None, default=options.timeout.total_seconds())
     store = options.store

@@ -52,7 +52,11 @@ class Communicator:
         self.world_size = dist.get_world_size(group)
         if self.rank < 0:
             raise ValueError("group: this process is not a member of the group")
-        timeout_s = timeout_seconds(timeout)
+        # The argument, else PYCOMM_TIMEOUT, else the group's own timeout,
+        # else the settings table's default.
+        from .backend import group_timeout_s
+
+        timeout_s = timeout_seconds(timeout, default=group_timeout_s(group))
         store = _store_of(group)
         # Every rank creates its communicators in the same order, so each one's
         # own count names this communicator identically on every rank.
@@ -152,7 +156,7 @@ class _AcrossHosts:
         if not async_op:
             work.wait()
             return None
-        return _AcrossHostsWork(work)
+        return _AcrossHostsWork(work, python_future)
 
     def barrier(self):
         self._backend.barrier(dist.BarrierOptions()).wait()
@@ -164,8 +168,9 @@ class _AcrossHosts:
 
 
 class _AcrossHostsWork:
-    def __init__(self, work):
+    def __init__(self, work, python_future=False):
         self._work = work
+        self._python_future = python_future
 
     def wait(self):
         return self._work.wait()
@@ -174,8 +179,10 @@ class _AcrossHostsWork:
         return self._work.is_completed()
 
     def get_future(self):
-        # The backend's future holds the output list (c10d's convention).
-        return self._work.get_future().then(lambda f: f.value()[0])
+        # The backend's future holds the output list, as the one-host Work's
+        # does; ring_hook's (python_future) holds the tensor, as DDP wants.
+        future = self._work.get_future()
+        return future.then(lambda f: f.value()[0]) if self._python_future else future
 
 
 _communicators: dict = {}
@@ -189,8 +196,11 @@ def _key(group):
 
 def init(group=None, timeout=None, _caller="pycomm.init") -> Communicator:
     """Creates (collectively) the communicator for `group` and makes it the one
-    that pycomm.all_reduce(..., group=group) uses. Returns the existing one if
-    there is one (its timeout stays as it was)."""
+    that pycomm.all_reduce(..., group=group), ring_hook and allreduce_gradients
+    use. Returns the existing one if there is one (its timeout stays as it was).
+
+    timeout: seconds or a timedelta; None: $PYCOMM_TIMEOUT, else the group's own
+    timeout (init_process_group's or new_group's), else pycomm's default."""
     group = _key(group)
     with _lock:
         comm = _communicators.get(group)
@@ -229,8 +239,10 @@ def all_reduce(tensor: torch.Tensor, op: Union[str, "dist.ReduceOp"] = "sum", gr
         out), put the tensor back as it was. None: on (PYCOMM_RESTORE_ON_FAILURE
         sets the default); off saves one copy of the tensor per call. CPU
         tensors only.
-    Returns None, or with async_op=True a work object with .wait() and
-    .get_future().
+    Returns None, or with async_op=True a work object with .wait(),
+    .is_completed() and .get_future(): a torch.futures.Future whose value is
+    [tensor], as torch's own Work.get_future() gives (a DDP comm hook returns
+    ``work.get_future().then(lambda f: f.value()[0])``).
     """
     comm = _communicators.get(group)
     if comm is None:

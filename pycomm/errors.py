@@ -3,7 +3,7 @@
     try:
         loss.backward()                      # DDP with pycomm.ring_hook or the "pycomm" backend
     except RuntimeError as e:
-        if not pycomm.CommError.matches(e):  # CommTimeout.matches, CollectiveMismatch.matches too
+        if not pycomm.CommError.matches(e):  # CommTimeout, PeerDied, CollectiveMismatch too
             raise
         ...                                  # a peer died or stalled, or the ranks disagreed
 
@@ -21,13 +21,17 @@ from __future__ import annotations
 
 from . import _C
 
-__all__ = ["CollectiveMismatch", "CommError", "CommTimeout"]
+__all__ = ["CollectiveMismatch", "CommError", "CommTimeout", "PeerDied"]
 
 CommError = _C.CommError
 CommTimeout = _C.CommTimeout
 CollectiveMismatch = _C.CollectiveMismatch
+# A peer's process exited: raised at once, not at the timeout. A subclass of
+# CommTimeout (and so of CommError), so `except pycomm.CommTimeout` written
+# before it existed still catches a dead peer.
+PeerDied = _C.PeerDied
 
-_CLASSES = (CommError, CommTimeout, CollectiveMismatch)
+_CLASSES = (CommError, CommTimeout, CollectiveMismatch, PeerDied)
 
 
 def _prefix(cls) -> str:

@@ -22,7 +22,9 @@ __all__ = ["RingState", "ring_hook"]
 class RingState:
     """Options of ring_hook.
 
-    group: the process group whose communicator to use (None: the default group).
+    group: the process group whose communicator to use (None: the default group),
+        made on first use with the group's timeout (or PYCOMM_TIMEOUT; pycomm.init
+        (group, timeout=...) beforehand sets another).
     compression: None, "bf16" or "fp16": gradients travel in that dtype; the cast
         and the 1/N scaling happen in one pass of pycomm's bucketing kernel.
     algorithm: "auto", "ring" or "direct" (see pycomm.all_reduce).
@@ -84,9 +86,11 @@ def ring_hook(state, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tens
     wire = wire_dtype(st.compression)
     if wire is None or buffer.dtype == wire or not buffer.is_floating_point():
         # Straight to the native path: DDP's Python-hook interface wants a
-        # future holding a Python object, and the worker completes it with one,
-        # so no Python callback runs on pycomm's thread. A failed step cannot
-        # use a restored bucket: no restore copy.
+        # future holding the tensor as a Python object (the public
+        # get_future() holds [tensor], as torch's Work does), and with
+        # python_future the worker completes it with one, so no Python callback
+        # runs on pycomm's thread. A failed step cannot use a restored bucket:
+        # no restore copy.
         return comm._impl.all_reduce(buffer, "avg", async_op=True, algorithm=st.algorithm,
                                      restore_on_failure=False, python_future=True).get_future()
     key = (bucket.index(), buffer.numel(), buffer.device)
@@ -99,7 +103,7 @@ def ring_hook(state, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tens
                           restore_on_failure=False).get_future()
 
     def decompress(f):
-        unflatten(f.value(), [buffer])
+        unflatten(f.value()[0], [buffer])  # the future holds [compressed]
         return buffer
 
     return fut.then(decompress)

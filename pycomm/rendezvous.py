@@ -103,12 +103,12 @@ class _Rendezvous:
         if self.store.check([self.key("abort")]):
             self.reported = True  # the others know already
             kind, reason = self.store.get(self.key("abort")).decode().split("|", 1)
-            exc = _C.CommTimeout if kind == "CommTimeout" else _C.CommError
+            exc = {"CommTimeout": _C.CommTimeout, "PeerDied": _C.PeerDied}.get(kind, _C.CommError)
             raise exc(f"rank {self.rank}: {self.what}: set-up failed on another rank ({reason})")
         dead = self.peers.first_dead()
         if dead is not None:
-            self.fail(f"rank {dead} exited while rank {self.rank} was waiting for {waiting_for}",
-                      _C.CommTimeout)
+            self.fail(f"rank {dead} exited while rank {self.rank} was waiting for {waiting_for}: "
+                      f"its process is gone (killed, crashed or ended)", _C.PeerDied)
 
     def _watch_published_pids(self):
         """Watches the pid of every rank on this host that has published one."""

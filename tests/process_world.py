@@ -8,7 +8,9 @@ answer in time fails the test, never hangs it.
 
 Two kinds of world:
 - backend="gloo" (the default): the default group is gloo and every rank also
-  creates a pycomm communicator over it (`pycomm.init`).
+  creates a pycomm communicator over it (`pycomm.init`), unless pycomm_init is
+  off: then comm_timeout is the gloo group's own timeout, and pycomm's
+  communicators take it from there when first used.
 - any other backend string, e.g. "cpu:pycomm": the default group uses it, and
   every rank also creates a gloo group over all ranks, `reference_group()`,
   that tests use to compute references with the stock backend.
@@ -47,7 +49,7 @@ def reference_group():
     return _REFERENCE_GROUP if _REFERENCE_GROUP is not None else dist.group.WORLD
 
 
-def _set_up(rank, world_size, port, backend, comm_timeout):
+def _set_up(rank, world_size, port, backend, comm_timeout, pycomm_init=True):
     global _REFERENCE_GROUP
     import torch
     import torch.distributed as dist
@@ -57,16 +59,20 @@ def _set_up(rank, world_size, port, backend, comm_timeout):
     # collective timeout under test.
     store = dist.TCPStore("127.0.0.1", port, world_size, is_master=False,
                           timeout=datetime.timedelta(seconds=max(comm_timeout or 0, 60.0)))
-    if backend == "gloo":
+    group_timeout = {} if comm_timeout is None else \
+        {"timeout": datetime.timedelta(seconds=comm_timeout)}
+    if backend == "gloo" and pycomm_init:
         dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size)
         import pycomm
 
         pycomm.init(timeout=comm_timeout)
+    elif backend == "gloo":
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size,
+                                **group_timeout)
+        import pycomm  # noqa: F401
     else:
         import pycomm  # noqa: F401  (registers the "pycomm" backend)
 
-        group_timeout = {} if comm_timeout is None else \
-            {"timeout": datetime.timedelta(seconds=comm_timeout)}
         dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
                                 **group_timeout)
         _REFERENCE_GROUP = dist.new_group(backend="gloo")
@@ -82,11 +88,12 @@ def _tear_down(backend):
     dist.destroy_process_group()
 
 
-def _rank_main(rank, world_size, port, conn, comm_timeout, backend="gloo", env=None):
+def _rank_main(rank, world_size, port, conn, comm_timeout, backend="gloo", env=None,
+               pycomm_init=True):
     os.environ["OMP_NUM_THREADS"] = "1"
     os.environ.update(env or {})
     try:
-        _set_up(rank, world_size, port, backend, comm_timeout)
+        _set_up(rank, world_size, port, backend, comm_timeout, pycomm_init)
         setup_error = None
     except BaseException:  # noqa: BLE001 - reported with every request, not as a bare EOF
         setup_error = f"rank {rank} could not start ({backend}):\n{traceback.format_exc()}"
@@ -113,12 +120,13 @@ class RankFailed(AssertionError):
 
 class ProcessWorld:
     """world_size rank processes. comm_timeout (s): pycomm's timeout in a gloo
-    world, the default group's timeout otherwise (None: torch's default).
+    world (with pycomm_init off: the gloo group's), the default group's timeout
+    otherwise (None: torch's default).
     env: variables set in each rank before torch is imported; a list of dicts
     gives each rank its own (e.g. PYCOMM_HOST_ID, to pose as several hosts)."""
 
     def __init__(self, world_size: int, comm_timeout: float | None = 60.0, backend: str = "gloo",
-                 env: dict | list | None = None):
+                 env: dict | list | None = None, pycomm_init: bool = True):
         import torch.distributed as dist
 
         ctx = mp.get_context("spawn")
@@ -137,7 +145,7 @@ class ProcessWorld:
             p = ctx.Process(target=_rank_main,
                             args=(rank, world_size, port, child, comm_timeout, backend,
                                   dict((env[rank] if isinstance(env, (list, tuple)) else env)
-                                       or {})),
+                                       or {}), pycomm_init),
                             daemon=True)
             p.start()
             child.close()

@@ -151,11 +151,13 @@ def async_case(n_inflight):
     sync = torch.full((5,), 1.0)
     pycomm.all_reduce(sync)  # a synchronous call queues behind the async ones
     futures = [w.get_future() for w in works[: n_inflight // 2]]
-    chained = futures[0].then(lambda f: f.value() * 2)
+    # As torch's Work.get_future(): a list holding the tensor itself.
+    chained = futures[0].then(lambda f: f.value()[0] * 2)
     for w in works[n_inflight // 2:]:
         assert w.wait() is True
-    for f in futures:
-        f.wait()
+    for f, t in zip(futures, tensors):
+        value = f.wait()
+        assert isinstance(value, list) and len(value) == 1 and value[0].data_ptr() == t.data_ptr()
     expected = [float(sum(range(world)) + world * i) for i in range(n_inflight)]
     got = [t[0].item() for t in tensors]
     ok_all = all(bool((t == e).all()) for t, e in zip(tensors, expected))

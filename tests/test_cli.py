@@ -155,6 +155,19 @@ def test_predict_calibrated(capsys, tmp_path):
     assert code == 0 and "ring bound by calibrated-pycomm: alpha 40.0 us, B 2.000 GB/s" in out
 
 
+def test_predict_cpu_hosts(capsys):
+    """Issue 30: the CPU links are known (--intra shm was "unknown")."""
+    code, out, _ = run(capsys, "predict", "--gpus", "32", "--gpus-per-host", "4", "--intra", "shm",
+                       "--interconnect", "gloo-eth-10g", "--step-compute-s", "0.5",
+                       "--grad-mb", "40", "--json")
+    assert code == 0
+    p = json.loads(out)["prediction"]
+    assert p["hosts"] == 8 and p["ring"]["bandwidth_Bps"] == pytest.approx(1.24e9)
+    code, out, _ = run(capsys, "predict", "--gpus", "32", "--gpus-per-host", "4", "--intra",
+                       "shared-memory", "--interconnect", "gloo-ib-hdr", "--hierarchy")
+    assert code == 0 and "gloo-ib-hdr" in out
+
+
 def test_predict_errors(capsys):
     code, _, err = run(capsys, "predict")
     assert code == 2 and "--preset" in err
@@ -169,7 +182,8 @@ def test_predict_errors(capsys):
 def test_predict_list(capsys):
     code, out, _ = run(capsys, "predict", "--list")
     assert code == 0
-    for name in list(scaling.PRESETS) + ["nvlink3", "ib-hdr", "eth-10g", "pcie4"]:
+    for name in list(scaling.PRESETS) + ["nvlink3", "ib-hdr", "eth-10g", "pcie4", "shm",
+                                         "gloo-loopback", "gloo-eth-10g", "gloo-ib-hdr"]:
         assert name in out
 
 
@@ -304,12 +318,14 @@ def test_doctor_environment(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("PYCOMM_SHM_DIR", str(tmp_path))
     code, out, _ = run(capsys, "doctor")
     assert code == 0
+    assert f"pycomm       {pycomm.__version__} (" in out
     for label in ("torch ", "CUDA ", "NCCL ", "backends ", "CPUs ", "pycomm CUDA ", "pycomm CPU "):
         assert label in out
     assert "gloo yes" in out
     assert f"shm          {tmp_path}:" in out
     code, out, _ = run(capsys, "doctor", "--json")
     info = json.loads(out)
+    assert info["pycomm"] == pycomm.__version__
     assert info["torch"] == torch.__version__
     assert info["shm"]["dir"] == str(tmp_path) and info["shm"]["free_bytes"] > 0
     assert info["cpus"]["usable"] == len(os.sched_getaffinity(0))
@@ -317,6 +333,21 @@ def test_doctor_environment(capsys, tmp_path, monkeypatch):
     assert info["pycomm_cuda_built"] in (True, False)
     assert info["pycomm_cpu_vectors"] == pycomm.cpu_vector_path()
     assert len(info["gpus"]) == torch.cuda.device_count()
+
+
+def test_the_version_is_written_once():
+    """pycomm/_version.py is the one source: pyproject reads it (statically, as setuptools
+    does when it builds), pycomm.__version__ is it, and nothing else states it."""
+    import tomllib
+
+    from setuptools.config.expand import read_attr
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    attr = project["tool"]["setuptools"]["dynamic"]["version"]["attr"]
+    assert read_attr(attr, root_dir=REPO) == pycomm.__version__
+    assert re.fullmatch(r"\d+\.\d+\.\d+\S*", pycomm.__version__)
+    assert "version=" not in (REPO / "setup.py").read_text()
 
 
 def test_cpu_vector_path_is_the_one_this_cpu_takes():
@@ -410,6 +441,81 @@ model = DDP(torch.nn.Linear(4, 4).cuda())
 dist.init_process_group("gloo")
 model = DDP(torch.nn.Linear(4, 4))
 """, {}),
+    # A collective only some ranks make: the others never enter it.
+    "rank0-collective-bad": ("""\
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+loss = torch.zeros(1)
+if rank == 0:
+    dist.all_reduce(loss)
+    print(loss)
+""", {"collective-under-rank-condition": 9}),
+    "rank-else-collective-bad": ("""\
+import pycomm
+dist.init_process_group("cpu:pycomm")
+if dist.get_rank() != 0:
+    pass
+else:
+    pycomm.barrier()
+""", {"collective-under-rank-condition": 10}),
+    "main-process-collective-bad": ("""\
+dist.init_process_group("gloo")
+if local_rank in (-1, 0):
+    torch.save(model.state_dict(), "x.pt")
+    dist.barrier()
+""", {"collective-under-rank-condition": 8}),
+    "rank-condition-good": ("""\
+from functools import reduce
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+t = torch.zeros(4)
+if rank == 0:
+    dist.broadcast(t, 0)        # every rank, in both branches
+else:
+    dist.broadcast(t, 0)
+if rank == 0:
+    dist.send(t, 1)             # point-to-point differs by rank on purpose
+elif rank == 1:
+    dist.recv(t, 0)
+if args.local_rank != -1:       # distributed at all: the same on every rank
+    dist.barrier()
+if rank == 0:
+    total = reduce(lambda a, b: a + b, [1, 2])   # functools.reduce, not dist.reduce
+dist.all_reduce(t)
+if rank == 0:
+    print(t)
+""", {}),
+    "pycomm-not-imported-bad": ("""\
+dist.init_process_group("cpu:pycomm")
+model = DDP(torch.nn.Linear(4, 4))
+""", {"pycomm-backend-not-imported": 5}),
+    "pycomm-imported-good": ("""\
+import pycomm
+dist.init_process_group(backend="cpu:pycomm,cuda:nccl")
+model = DDP(torch.nn.Linear(4, 4))
+""", {}),
+    "cpu-spawn-bad": ("""\
+import torch.multiprocessing as mp
+def main(rank, world):
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    DDP(torch.nn.Linear(4, 4))
+mp.spawn(main, args=(4,), nprocs=4)
+""", {"cpu-ranks-oversubscribe-cores": 9}),
+    "cpu-spawn-good": ("""\
+import torch.multiprocessing as mp
+def main(rank, world):
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    DDP(torch.nn.Linear(4, 4))
+mp.spawn(main, args=(4,), nprocs=4)
+""", {}),
+    "gpu-spawn-good": ("""\
+import torch.multiprocessing as mp
+def main(rank, world):
+    dist.init_process_group("nccl", rank=rank, world_size=world)
+    DDP(torch.nn.Linear(4, 4).cuda(rank), device_ids=[rank])
+mp.spawn(main, args=(4,), nprocs=4)
+""", {}),
 }
 
 
@@ -428,6 +534,20 @@ def test_doctor_script(capsys, tmp_path, name):
     found = {(f["code"], f["line"]) for f in json.loads(out)[str(script)]}
     assert found == set(expected.items())
     assert all(f["why"] and f["fix"] for f in json.loads(out)[str(script)])
+
+
+def test_doctor_says_rank_on_cpu_and_gpu_on_cuda(capsys, tmp_path):
+    """A CPU script's ranks are processes, not GPUs: the findings say so."""
+    bn = ('dist.init_process_group("gloo")\n'
+          "model = DDP(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4)){})\n"
+          "loader = DataLoader(dataset, batch_size=32)\n")
+    for suffix, unit, other in (("", "per-rank batch", "per-GPU"), (".cuda()", "per-GPU batch",
+                                                                     "per-rank")):
+        script = tmp_path / "bn.py"
+        script.write_text(DDP_HEAD + bn.format(suffix))
+        code, out, _ = run(capsys, "doctor", str(script))
+        assert code == 1 and unit in out and other not in out, out
+        assert ("on N ranks processes" if not suffix else "on N GPUs processes") in out
 
 
 def test_doctor_single_process_script_is_clean(capsys, tmp_path):

@@ -117,10 +117,13 @@ def test_mismatch_raises_on_every_rank(worlds, kind, what):
     assert len({r[0] for r in results}) == 1, "every rank reports the same mismatch"
 
 
-def absent_rank_case(timeout_s):
-    """A fresh communicator with a short timeout; rank 1 never calls."""
+def absent_rank_case(timeout_s, entered_one):
+    """A fresh communicator with a short timeout; rank 1 never calls (after one
+    all-reduce of every rank, with entered_one)."""
     comm = pycomm.Communicator(timeout=timeout_s)
     rank = dist.get_rank()
+    if entered_one:
+        comm.all_reduce(torch.ones(3))
     t = torch.full((1000,), float(rank))
     outcome, elapsed = "no error", 0.0
     if rank != 1:
@@ -141,12 +144,17 @@ def absent_rank_case(timeout_s):
     return outcome, elapsed, late, bool((t == rank).all())
 
 
-def test_absent_rank_times_out_naming_it(worlds):
+@pytest.mark.parametrize("entered_one", [False, True])
+def test_absent_rank_times_out_naming_it(worlds, entered_one):
     timeout_s = 1.0
-    results = worlds(3).run(absent_rank_case, timeout_s)
+    results = worlds(3).run(absent_rank_case, timeout_s, entered_one)
+    # What the absent rank did, in words: #0 read as "no collective yet" to no one.
+    said = ("rank 1 (the last it entered is #1)" if entered_one else
+            "rank 1 (it has entered no collective on this communicator yet)")
     for rank in (0, 2):
         outcome, elapsed, _, unchanged = results[rank]
         assert "rank 1" in outcome and "Timed out after" in outcome, outcome
+        assert f"still waiting for {said} to enter" in outcome, outcome
         assert timeout_s * 0.95 <= elapsed <= timeout_s + 2.0, elapsed  # 2 shared cores: late
         print(f"[fault] absent rank: rank {rank} raised CommTimeout after {elapsed:.3f} s "
               f"(timeout {timeout_s} s)")
@@ -154,6 +162,27 @@ def test_absent_rank_times_out_naming_it(worlds):
     late = results[1][2]
     assert "aborted by rank" in late, late
     assert results[1][3]
+
+
+def test_peer_died_is_a_timeout_and_a_comm_error():
+    """pycomm.PeerDied (a peer's process exited) under CommTimeout, so `except
+    pycomm.CommTimeout` written before it still catches a dead peer; matches() reads its
+    text after DDP wrapped it."""
+    assert issubclass(pycomm.PeerDied, pycomm.CommTimeout)
+    assert issubclass(pycomm.PeerDied, pycomm.CommError)
+    assert not issubclass(pycomm.PeerDied, pycomm.CollectiveMismatch)
+    assert pycomm.PeerDied.__module__ == "pycomm" and "PeerDied" in pycomm.__all__
+    died = pycomm.PeerDied("rank 0: rank 1 (pid 7) exited during all_reduce #3")
+    try:
+        raise died
+    except pycomm.CommTimeout as e:
+        assert e is died
+    wrapped = RuntimeError("pycomm.PeerDied: rank 0: rank 1 (pid 7) exited during all_reduce #3")
+    for cls in (pycomm.CommError, pycomm.CommTimeout, pycomm.PeerDied):
+        assert cls.matches(wrapped) and cls.matches(died)
+    assert not pycomm.CollectiveMismatch.matches(wrapped)
+    # A plain timeout is not a death.
+    assert not pycomm.PeerDied.matches(RuntimeError("pycomm.CommTimeout: rank 0: Timed out"))
 
 
 def test_init_requires_a_process_group():

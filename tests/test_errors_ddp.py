@@ -11,6 +11,7 @@ timeout. Each case runs in a group of its own, so the shared world's default
 communicator stays healthy.
 """
 import datetime
+import os
 import time
 
 import pytest
@@ -19,8 +20,10 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import pycomm
+from process_world import ProcessWorld
 
 TIMEOUT_S = 2.0
+SLACK_S = 3.0  # a loaded 2-core host wakes a waiting rank late
 
 
 def ddp_error_case(path):
@@ -110,3 +113,71 @@ def test_matches_reads_types_and_text():
             raise RuntimeError("wrapped") from e
     except RuntimeError as wrapped:
         assert pycomm.CommTimeout.matches(wrapped)
+
+
+def stall_before_backward_case(stall_s):
+    """Issue 30: DDP on a gloo group whose timeout is short, with ring_hook and no
+    pycomm.init: the hook's communicator takes the group's timeout, so the rank
+    that waits for a stalled peer raises at that timeout (it waited for the
+    direct API's 300 s default before). Then what each entry point takes."""
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Linear(8, 4))
+    model.register_comm_hook(None, pycomm.ring_hook)
+    model(torch.randn(2, 8)).sum().backward()  # a good step: the hook makes its communicator
+    timeouts = {"ring_hook": pycomm.get_communicator().timeout_s}
+
+    def group(seconds):
+        return dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=seconds))
+
+    groups = [group(3), group(5), group(5),
+              dist.new_group(backend="pycomm", timeout=datetime.timedelta(seconds=4))]
+    pycomm.allreduce_gradients(model.parameters(), group=groups[0])
+    timeouts["allreduce_gradients"] = pycomm.get_communicator(groups[0]).timeout_s
+    os.environ["PYCOMM_TIMEOUT"] = "7"
+    try:
+        pycomm.all_reduce(torch.ones(1), group=groups[1])
+    finally:
+        del os.environ["PYCOMM_TIMEOUT"]
+    timeouts["PYCOMM_TIMEOUT over the group's"] = pycomm.get_communicator(groups[1]).timeout_s
+    timeouts["argument over the group's"] = pycomm.init(groups[2], timeout=9).timeout_s
+    pycomm.all_reduce(torch.ones(1), group=groups[3])
+    timeouts["direct API on a pycomm group"] = pycomm.get_communicator(groups[3]).timeout_s
+    for g in groups:
+        pycomm.destroy(g)
+        dist.destroy_process_group(g)
+
+    out = model(torch.randn(2, 8))
+    if rank == 1:
+        time.sleep(stall_s)  # stalls before backward
+    start = time.monotonic()
+    caught = None
+    try:
+        out.sum().backward()
+    except Exception as e:  # noqa: BLE001 - what DDP raises is the point
+        caught = e
+    return {"timeouts": timeouts, "elapsed": time.monotonic() - start,
+            "CommTimeout.matches": caught is not None and pycomm.CommTimeout.matches(caught),
+            "message": str(caught).splitlines()[0] if caught is not None else ""}
+
+
+def test_ring_hook_takes_the_group_timeout():
+    """A 2-rank gloo world whose default group times out after 2 s; rank 1 stalls
+    3 s before backward. Rank 0's hook raises CommTimeout naming rank 1 within
+    the group's timeout plus a small bound, and rank 1 learns of the abort."""
+    world = ProcessWorld(2, comm_timeout=TIMEOUT_S, backend="gloo", pycomm_init=False)
+    try:
+        results = world.run(stall_before_backward_case, TIMEOUT_S + 1.0, timeout=120)
+    finally:
+        world.close()
+    for rank, r in enumerate(results):
+        print(f"[hook timeout] rank {rank}: after {r['elapsed']:.2f} s: {r['message']}")
+        assert r["timeouts"] == {"ring_hook": TIMEOUT_S, "allreduce_gradients": 3.0,
+                                 "PYCOMM_TIMEOUT over the group's": 7.0,
+                                 "argument over the group's": 9.0,
+                                 "direct API on a pycomm group": 4.0}, r["timeouts"]
+        assert r["CommTimeout.matches"], f"rank {rank}: {r['message']!r}"
+    waiting = results[0]
+    assert "Timed out after 2 s" in waiting["message"] and "rank 1" in waiting["message"], waiting
+    assert TIMEOUT_S * 0.9 <= waiting["elapsed"] < TIMEOUT_S + SLACK_S, waiting["elapsed"]
+    assert "aborted by rank 0" in results[1]["message"], results[1]

@@ -240,3 +240,35 @@ def hook_error_cases():
 def test_bad_hook_input(worlds):
     for rank, errors in enumerate(worlds(2).run(hook_error_cases)):
         assert not errors, f"rank {rank}: {errors}"
+
+
+def future_values_case():
+    """The direct API's future holds [tensor], as torch's Work.get_future() does; DDP wants a
+    hook's future to hold the bucket's tensor, and ring_hook's does (fp32 and compressed)."""
+    t = torch.ones(3)
+    value = pycomm.all_reduce(t, async_op=True).get_future().wait()
+    direct = (type(value).__name__, len(value), value[0].data_ptr() == t.data_ptr(),
+              value[0].tolist())
+    hooked = {}
+    for compression in (None, "bf16"):
+        seen = []
+
+        def hook(state, bucket, seen=seen):
+            def look(fut):
+                seen.append((type(fut.value()).__name__, fut.value().data_ptr() ==
+                             bucket.buffer().data_ptr()))
+                return fut.value()
+            return pycomm.ring_hook(state, bucket).then(look)
+
+        torch.manual_seed(0)
+        model = DDP(nn.Linear(4, 2))
+        model.register_comm_hook(pycomm.RingState(compression=compression), hook)
+        model(torch.randn(3, 4)).sum().backward()
+        hooked[str(compression)] = seen
+    return direct, hooked
+
+
+def test_futures_hold_what_torch_and_ddp_expect(worlds):
+    for direct, hooked in worlds(2).run(future_values_case):
+        assert direct == ("list", 1, True, [2.0, 2.0, 2.0])
+        assert hooked == {"None": [("Tensor", True)], "bf16": [("Tensor", True)]}, hooked

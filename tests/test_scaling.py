@@ -445,6 +445,60 @@ def test_compare_with_measurement():
 ETH = scaling.get_interconnect("10gbe")
 
 
+# --------------------------------------------------------------------------- CPU links
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("name, path, column", [
+    ("shm", scaling.links.CPU_RESULTS, "pycomm"),
+    ("gloo-loopback", scaling.links.CPU_RESULTS, "stock"),
+])
+def test_cpu_links_are_the_fits_of_the_committed_results(name, path, column):
+    """Each CPU link's figures are what the model's own fit gives for the rows its source
+    names (rounded to 3 digits), so they move with the results, not by hand."""
+    link = scaling.get_interconnect(name)
+    fit = calibrate(REPO / path, backend=column)
+    assert link.alpha_s == pytest.approx(fit.alpha_s, rel=0.01)
+    assert link.bandwidth_Bps == pytest.approx(fit.bandwidth_Bps, rel=0.01)
+    assert path in link.source
+
+
+def test_cpu_links_between_hosts_are_gloos_fit_capped_by_the_wire():
+    from pycomm.tools import results_schema
+
+    rows = results_schema.rows(REPO / scaling.links.HOSTS_RESULTS, collective="all_reduce")
+    alpha, bandwidth, _ = fit_alpha_beta(
+        [(r["size"], 2, r["leaders_host_us"] * 1e-6) for r in rows])
+    lines = {"eth-10g": 1.25e9, "eth-25g": 3.125e9, "eth-100g": 12.5e9, "ib-hdr": 25e9}
+    for wire, line in lines.items():
+        link = scaling.get_interconnect(f"gloo-{wire}")
+        assert link.alpha_s == pytest.approx(alpha, rel=0.01)
+        assert link.bandwidth_Bps == pytest.approx(min(line, bandwidth), rel=0.01)
+        assert scaling.links.HOSTS_RESULTS in link.source
+    assert scaling.get_interconnect("shared-memory").name == "shm"
+    assert scaling.get_interconnect("loopback").name == "gloo-loopback"
+
+
+def test_a_cpu_cluster_predicts():
+    """8 CPU hosts x 4 ranks: shared memory inside, gloo over 10 GbE between. pycomm's
+    shared memory beats gloo's loopback inside a host, and the hierarchy beats a flat ring."""
+    shm, gloo, eth = (scaling.get_interconnect(n) for n in ("shm", "gloo-loopback",
+                                                             "gloo-eth-10g"))
+    work = Workload("cpu-mlp", step_compute_s=0.5, grad_bytes=40e6, batch_per_gpu=64,
+                    epoch_images=100_000)
+    on_shm = predict(work, Cluster(32, 4, shm, eth))
+    on_gloo = predict(work, Cluster(32, 4, gloo, eth))
+    assert 0 < on_shm.efficiency < 1 and on_shm.step_s <= on_gloo.step_s
+    one_host_shm = predict(work, Cluster(4, 4, shm, shm))
+    one_host_gloo = predict(work, Cluster(4, 4, gloo, gloo))
+    assert one_host_shm.comm_s * 5 < one_host_gloo.comm_s
+    for size in (64 * 1024, 25 * MIB):
+        flat = scaling.flat_ring_allreduce_time(size, Cluster(32, 4, shm, eth))
+        hier = scaling.hierarchical_allreduce_time(size, 8, 4, shm, eth)
+        assert hier < flat
+
+
 def test_hierarchical_time_is_its_three_steps():
     """Intra ring of the message over L, inter ring of a 1/L shard over H at the shard's
     share of the host's link; the leader variant moves the whole message between hosts."""

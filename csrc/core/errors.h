@@ -28,6 +28,18 @@ class CommError : public std::runtime_error {
 class CommTimeout : public CommError {
  public:
   explicit CommTimeout(const std::string& message) : CommError("pycomm.CommTimeout: ", message) {}
+
+ protected:
+  using CommError::CommError;
+};
+
+// A peer's process exited (killed, crashed or ended) while this rank waited
+// for it, or the communicator was aborted by a rank that saw it exit. Seen at
+// once, not at a deadline; a CommTimeout still, so code that catches those
+// (written before this class) keeps working.
+class PeerDied : public CommTimeout {
+ public:
+  explicit PeerDied(const std::string& message) : CommTimeout("pycomm.PeerDied: ", message) {}
 };
 
 // The ranks entered collectives that do not match (count, dtype, op, kind).

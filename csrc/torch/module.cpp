@@ -29,7 +29,8 @@ namespace pycomm {
 namespace {
 
 // What async_op=True returns: .wait() raises the original typed exception;
-// .get_future() is a torch.futures.Future completed by the worker thread.
+// .get_future() is a torch.futures.Future completed by the worker thread,
+// holding a list with the tensor, as torch's own Work.get_future() does.
 class PyWork {
  public:
   explicit PyWork(std::shared_ptr<WorkItem> item) : item_(std::move(item)) {}
@@ -79,9 +80,11 @@ void parse_names(const std::string& op, const std::string& algorithm, core::AllR
                     " (two_shot: CUDA tensors only)");
 }
 
-// python_future: the async future holds the tensor as a Python object, which
-// DDP's Python hook interface requires (made on the worker under the GIL, so
-// the hook needs no Python callback to convert it); else a C++ tensor.
+// The async future holds [tensor], as torch's Work.get_future() does.
+// python_future (ring_hook's, private): it holds the tensor itself as a Python
+// object, which DDP's Python hook interface requires of a hook's future (made
+// on the worker under the GIL, so the hook needs no Python callback to
+// convert it).
 py::object all_reduce(Communicator& comm, const at::Tensor& tensor, const std::string& op,
                       bool async_op, const std::string& algorithm,
                       std::optional<bool> restore_on_failure, bool python_future) {
@@ -120,8 +123,8 @@ py::object all_reduce(Communicator& comm, const at::Tensor& tensor, const std::s
       return torch::jit::toIValue(py::cast(tensor), c10::PyObjectType::get());
     };
   } else {
-    job.value_type = c10::TensorType::get();
-    job.value = [tensor] { return c10::IValue(tensor); };
+    job.value_type = c10::ListType::ofTensors();
+    job.value = [tensor] { return c10::IValue(std::vector<at::Tensor>{tensor}); };
   }
   std::shared_ptr<WorkItem> item;
   {
@@ -182,8 +185,13 @@ PYBIND11_MODULE(_C, m) {
       PyErr_NewException("pycomm._C.CommTimeout", comm_error, nullptr);
   static PyObject* mismatch =
       PyErr_NewException("pycomm._C.CollectiveMismatch", comm_error, nullptr);
+  // Under CommTimeout (so `except CommTimeout` written before it still
+  // catches a dead peer), and so under CommError.
+  static PyObject* peer_died =
+      PyErr_NewException("pycomm._C.PeerDied", comm_timeout, nullptr);
   m.attr("CommError") = py::handle(comm_error);
   m.attr("CommTimeout") = py::handle(comm_timeout);
+  m.attr("PeerDied") = py::handle(peer_died);
   m.attr("CollectiveMismatch") = py::handle(mismatch);
   // Registered after torch's, so tried first: pycomm's errors keep their
   // types through torch.distributed's Work.wait() too. A typed exception drops
@@ -194,6 +202,8 @@ PYBIND11_MODULE(_C, m) {
       if (p) std::rethrow_exception(p);
     } catch (const core::CollectiveMismatch& e) {
       PyErr_SetString(mismatch, without_class_name(e.what()));
+    } catch (const core::PeerDied& e) {
+      PyErr_SetString(peer_died, without_class_name(e.what()));
     } catch (const core::CommTimeout& e) {
       PyErr_SetString(comm_timeout, without_class_name(e.what()));
     } catch (const core::CommError& e) {
@@ -211,7 +221,7 @@ PYBIND11_MODULE(_C, m) {
       .def("wait", &PyWork::wait, "Blocks until the collective finished; raises its error.")
       .def("is_completed", &PyWork::is_completed)
       .def("get_future", &PyWork::get_future,
-           "A torch.futures.Future that completes with the tensor.");
+           "A torch.futures.Future that completes with [tensor], as torch's Work.get_future().");
 
   py::class_<Communicator, std::shared_ptr<Communicator>>(m, "Communicator")
       .def(py::init([](int rank, int world, const std::string& name, bool create, const py::dict& config) {

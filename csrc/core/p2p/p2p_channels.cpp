@@ -122,6 +122,14 @@ void P2PChannels::consume(int peer) {
   control(peer, rank_).consumed.value.store(++received_[size_t(peer)], std::memory_order_release);
 }
 
+uint64_t P2PChannels::judged_by(int peer) const {
+  return control(rank_, peer).judged.value.load(std::memory_order_acquire);
+}
+
+void P2PChannels::judge(int sender, uint64_t count) {
+  control(sender, rank_).judged.value.store(count, std::memory_order_release);
+}
+
 bool P2PChannels::leave_notice(int sender, uint64_t message, const std::string& why) {
   NoticeLine& n = notice(sender, rank_);
   const uint64_t left = n.left.load(std::memory_order_relaxed);  // this rank is its only writer

@@ -7,6 +7,10 @@
 //                      payload) and commits it, `to` reads it and consumes it.
 //                      Frames leave in the order they were committed, which is
 //                      what keeps messages between two ranks in order.
+//   judged(from, to)   written by `to`: how many of `from`'s messages it has
+//                      taken in (matched to a receive, or into a buffer while
+//                      none is posted). A send completes once its message is
+//                      judged, so a refusal reaches the send itself.
 //   notice(from, to)   written by `to`: the last message of `from` that it
 //                      refused (sizes or dtypes differ), with the reason, so the
 //                      sender raises the same error as the receiver.
@@ -70,8 +74,14 @@ class P2PChannels {
   const char* recv_payload(int peer) const { return payload(peer, rank_, received_[size_t(peer)]); }
   void consume(int peer);
 
+  // How many of this rank's messages `peer` has judged (see judged above).
+  uint64_t judged_by(int peer) const;
+  // Publishes that `count` of `sender`'s messages are judged (never less than before).
+  void judge(int sender, uint64_t count);
+
   // Tells `sender` that its message `message` was refused and why. False when
-  // the sender has not yet read the previous notice (the first one stands).
+  // the sender has not yet read the previous notice: the caller keeps this
+  // one and leaves it later (the engine's refusals_).
   bool leave_notice(int sender, uint64_t message, const std::string& why);
   // A notice `receiver` left this rank, if there is a new one.
   bool take_notice(int receiver, uint64_t* message, std::string* why);
@@ -87,9 +97,13 @@ class P2PChannels {
   // f sits at index f % frames; it is complete once posted > f (release), and
   // the sender may overwrite it once consumed > f - frames.
   struct alignas(kLine) CountLine { std::atomic<uint64_t> value{0}; };
+  // judged: written by the channel's receiver; a refusal of message m is left
+  // as a notice (release) before judged passes m (release), so a sender that
+  // reads judged > m (acquire) and then the notice line sees the refusal.
   struct ChannelControl {
     CountLine posted;
     CountLine consumed;
+    CountLine judged;
   };
   // Written by the channel's receiver: `why` and `message` are written before
   // `left` is incremented (release), and not again until the sender has set

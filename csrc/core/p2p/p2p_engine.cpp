@@ -38,6 +38,10 @@ P2PEngine::P2PEngine(P2PChannels& channels, TypeName type_name)
       rank_(channels.rank()),
       world_(channels.world()) {
   sends_.resize(size_t(world_));
+  unjudged_.resize(size_t(world_));
+  judged_.assign(size_t(world_), 0);
+  published_.assign(size_t(world_), 0);
+  refusals_.resize(size_t(world_));
   incoming_.resize(size_t(world_));
   unexpected_.resize(size_t(world_));
   next_message_.assign(size_t(world_), 0);
@@ -71,13 +75,7 @@ void P2PEngine::post(const P2PHandle& op) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closing_) throw CommError(rank_text(rank_) + ": " + describe(*op) + ": the communicator is closed");
-    // A refusal of an earlier send, already complete, is raised here, before
-    // this operation is posted (so the caller may post it again).
-    for (int p = 0; p < world_; ++p) {
-      if (p != rank_) take_notices_locked(p, done);
-    }
-    if (deferred_) std::rethrow_exception(std::exchange(deferred_, nullptr));
-    if (session_.aborted()) throw CommTimeout(session_.aborted_message(describe(*op)));
+    if (session_.aborted()) std::rethrow_exception(session_.aborted_error(describe(*op)));
     op->deadline_ns_ = monotonic_ns() + uint64_t(session_.policy().timeout_s * 1e9);
     ++outstanding_;
     const size_t peer = size_t(op->peer);
@@ -94,9 +92,12 @@ void P2PEngine::post(const P2PHandle& op) {
     }
     // The helper is woken only for what may stall without it: a send left
     // queued (its channel is full), or a message of more than one frame.
-    // A small blocking receive is waited for at once: waking a thread for it
-    // would cost more than the message (and, on a small host, a core).
-    if (op->kind == P2POp::Kind::kSend || op->bytes > ch_.frame_bytes()) help_locked(op);
+    // A small blocking receive, or a send that only awaits its verdict (the
+    // receiver gives it; this rank only reads it), is waited for at once:
+    // waking a thread for it would cost more than the message (and, on a
+    // small host, a core). help() hands them over when nobody will wait.
+    const bool queued = op->kind == P2POp::Kind::kSend && !op->streamed_;
+    if (queued || op->bytes > ch_.frame_bytes()) help_locked(op);
   }
   complete(done);
 }
@@ -110,10 +111,17 @@ void P2PEngine::help_locked(const P2PHandle& op) {
   if (op->done() || op->helped_ || closing_) return;
   op->helped_ = true;
   ++helped_;
-  if (waiters_ == 0) {
-    if (!helper_.joinable()) helper_ = std::thread([this] { helper_loop(); });
-    helper_cv_.notify_one();
-  }
+  wake_helper_locked();
+}
+
+void P2PEngine::wake_helper_locked() {
+  if (waiters_ != 0 || closing_) return;  // a waiter drives the passes
+  if (!helper_.joinable()) helper_ = std::thread([this] { helper_loop(); });
+  helper_cv_.notify_one();
+}
+
+bool P2PEngine::helper_has_work_locked() const {
+  return (helped_ > 0 || refusals_waiting_ > 0) && waiters_ == 0;
 }
 
 void P2PEngine::wait(const P2PHandle& op) {
@@ -162,7 +170,7 @@ void P2PEngine::wait(const P2PHandle& op) {
       throw;
     }
     std::lock_guard<std::mutex> lock(mu_);
-    if (--waiters_ == 0 && helped_ > 0) helper_cv_.notify_one();
+    if (--waiters_ == 0 && helper_has_work_locked()) helper_cv_.notify_one();
   }
   if (std::exception_ptr err = op->error()) std::rethrow_exception(err);
 }
@@ -196,7 +204,7 @@ void P2PEngine::helper_loop() {
   name_this_thread("pycomm-p2p");
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    helper_cv_.wait(lock, [&] { return closing_ || (helped_ > 0 && waiters_ == 0); });
+    helper_cv_.wait(lock, [&] { return closing_ || helper_has_work_locked(); });
     if (closing_) return;
     const uint64_t seen = ch_.bell();
     Done done;
@@ -221,7 +229,9 @@ bool P2PEngine::pass_locked(Done& done) {
     if (p == rank_) continue;
     if (!sends_[size_t(p)].empty()) moved |= push_sends_locked(p, done);
     moved |= pull_frames_locked(p, done);
-    take_notices_locked(p, done);
+    moved |= take_verdicts_locked(p, done);
+    // Refusals that waited for the sender to read the one before.
+    if (!refusals_[size_t(p)].empty() && publish_verdicts_locked(p)) ch_.ring(p);
   }
   return moved;
 }
@@ -237,15 +247,31 @@ bool P2PEngine::push_sends_locked(int peer, Done& done) {
     ch_.commit(peer);
     op.moved_ += n;
     moved = true;
-    // A send is complete once its last frame is in shared memory: its buffer
-    // is free again, whenever the receive is posted.
+    // Its last frame is in shared memory: its buffer is free again, and it
+    // completes once the receiver has judged it (take_verdicts_locked).
     if (op.moved_ == op.bytes) {
-      P2PHandle finished = std::move(queue.front());
+      op.streamed_ = true;
+      unjudged_[size_t(peer)].push_back(std::move(queue.front()));
       queue.pop_front();
-      finish_locked(finished, finished->refused_, done);
     }
   }
   if (moved) ch_.ring(peer);
+  return moved;
+}
+
+bool P2PEngine::take_verdicts_locked(int peer, Done& done) {
+  // judged first, then the notice line: a refusal is left before judged
+  // passes its message, so every refusal of a message below `judged` is seen.
+  const uint64_t judged = ch_.judged_by(peer);
+  take_notices_locked(peer);
+  auto& queue = unjudged_[size_t(peer)];
+  bool moved = false;
+  while (!queue.empty() && queue.front()->message_ < judged) {
+    P2PHandle finished = std::move(queue.front());
+    queue.pop_front();
+    finish_locked(finished, finished->refused_, done);
+    moved = true;
+  }
   return moved;
 }
 
@@ -275,7 +301,11 @@ bool P2PEngine::pull_frames_locked(int peer, Done& done) {
       in = Incoming{};
     }
   }
-  if (moved) ch_.ring(peer);
+  // The verdicts go with the consumes, under one ring of the sender's bell.
+  if (moved) {
+    publish_verdicts_locked(peer);
+    ch_.ring(peer);
+  }
   return moved;
 }
 
@@ -296,6 +326,9 @@ bool P2PEngine::begin_message_locked(int peer, const FrameHeader& h, Done& done)
     }
   }
   held_since_[size_t(peer)] = 0;
+  // Matched or taken into a buffer: judged either way (messages from one peer
+  // begin in the order they were sent, so a count says which).
+  ++judged_[size_t(peer)];
   in = Incoming{};
   in.active = true;
   in.message = h.message;
@@ -342,7 +375,12 @@ bool P2PEngine::match_unexpected_locked(const P2PHandle& op, Done& done) {
   Incoming& in = incoming_[size_t(best->source)];
   const bool arriving = in.active && in.unexpected == best;
   if (arriving) in.unexpected.reset();  // refused, its rest goes nowhere; else into `op`
-  if (!accept_locked(op, best->source, best->message, best->bytes, best->type, done)) return true;
+  // The message was judged when it was taken in, and its send completed then
+  // (or completes once streamed): the refusal is this receive's alone.
+  if (!accept_locked(op, best->source, best->message, best->bytes, best->type, done,
+                     /*tell_sender=*/false)) {
+    return true;
+  }
   if (best->got) std::memcpy(op->data, best->data.get(), best->got);
   if (arriving) {
     in.recv = op;
@@ -354,14 +392,17 @@ bool P2PEngine::match_unexpected_locked(const P2PHandle& op, Done& done) {
 }
 
 bool P2PEngine::accept_locked(const P2PHandle& recv, int source, uint64_t message, size_t total,
-                              uint32_t type, Done& done) {
+                              uint32_t type, Done& done, bool tell_sender) {
   recv->source = source;
   if (total == recv->bytes && type == recv->type) return true;
   std::ostringstream pair;
   pair << "rank " << source << " sent " << total << " bytes of " << type_name_(type) << " with tag "
        << recv->tag << ", rank " << rank_ << " receives " << recv->bytes << " bytes of "
        << type_name_(recv->type) << " (a send and a receive that do not match)";
-  if (ch_.leave_notice(source, message, pair.str())) ch_.ring(source);
+  if (tell_sender) {
+    refusals_[size_t(source)].push_back(Refusal{message, pair.str()});
+    ++refusals_waiting_;
+  }
   finish_locked(recv,
                 std::make_exception_ptr(CollectiveMismatch(rank_text(rank_) + ": " + describe(*recv) +
                                                            ": " + pair.str())),
@@ -369,19 +410,49 @@ bool P2PEngine::accept_locked(const P2PHandle& recv, int source, uint64_t messag
   return false;
 }
 
-void P2PEngine::take_notices_locked(int peer, Done& done) {
+void P2PEngine::take_notices_locked(int peer) {
   uint64_t message = 0;
   std::string why;
   if (!ch_.take_notice(peer, &message, &why)) return;
-  auto err = std::make_exception_ptr(
-      CollectiveMismatch(rank_text(rank_) + ": send to rank " + std::to_string(peer) + ": " + why));
-  for (const auto& op : sends_[size_t(peer)]) {
-    if (op->message_ == message) {
-      op->refused_ = err;  // it still streams out, so the channel stays in step
-      return;
+  ch_.ring(peer);  // the receiver may hold the next refusal for this line
+  // The send it refuses, if it is still pending: streaming (it still streams
+  // out, so the channel stays in step) or awaiting its verdict. A send that
+  // already completed (its message was taken into a buffer first) is not
+  // raised anywhere: its receive raised, and later calls are not its.
+  for (auto* queue : {&sends_[size_t(peer)], &unjudged_[size_t(peer)]}) {
+    for (const auto& op : *queue) {
+      if (op->message_ == message) {
+        op->refused_ = std::make_exception_ptr(
+            CollectiveMismatch(rank_text(rank_) + ": " + describe(*op) + ": " + why));
+        return;
+      }
     }
   }
-  deferred_ = err;
+}
+
+bool P2PEngine::publish_verdicts_locked(int sender) {
+  auto& refusals = refusals_[size_t(sender)];
+  bool wrote = false;
+  while (!refusals.empty() && ch_.leave_notice(sender, refusals.front().message, refusals.front().why)) {
+    refusals.pop_front();
+    --refusals_waiting_;
+    wrote = true;
+  }
+  // Never past a refusal the sender cannot read yet: its send would complete
+  // without it. The sender reads the line in its own passes and rings this
+  // rank's bell; the helper makes the next pass here if nobody else does, so
+  // a refusal never waits for this rank's next call.
+  uint64_t judged = judged_[size_t(sender)];
+  if (!refusals.empty()) {
+    judged = std::min(judged, refusals.front().message);
+    wake_helper_locked();
+  }
+  if (judged > published_[size_t(sender)]) {
+    published_[size_t(sender)] = judged;
+    ch_.judge(sender, judged);
+    wrote = true;
+  }
+  return wrote;
 }
 
 void P2PEngine::finish_locked(const P2PHandle& op, std::exception_ptr err, Done& done) {
@@ -411,8 +482,8 @@ void P2PEngine::check_health_locked(Done& done) {
   if (dead >= 0) {
     std::ostringstream os;
     os << "rank " << rank_ << ": rank " << dead << " (pid " << session_.pid_of(dead)
-       << ") exited with point-to-point operations pending";
-    session_.abort(os.str());
+       << ") exited with point-to-point operations pending: its process is gone (killed, crashed or ended)";
+    session_.abort(os.str(), dead);
     return fail_all_locked("", done);
   }
   // The first operation past its deadline, and what its peer did of it.
@@ -424,6 +495,15 @@ void P2PEngine::check_health_locked(Done& done) {
       os << "rank " << rank_ << ": " << describe(*op) << ": Timed out after " << session_.policy().timeout_s
          << " s, rank " << op->peer << " took " << op->moved_ << " of its " << op->bytes
          << " bytes (does it post the receive?)";
+      return fail_all_locked(session_.abort(os.str()), done, op.get());
+    }
+  }
+  for (const auto& q : unjudged_) {
+    for (const auto& op : q) {
+      if (!late(op)) continue;
+      std::ostringstream os;
+      os << "rank " << rank_ << ": " << describe(*op) << ": Timed out after " << session_.policy().timeout_s
+         << " s, rank " << op->peer << " has not taken the message in (does it post the receive?)";
       return fail_all_locked(session_.abort(os.str()), done, op.get());
     }
   }
@@ -449,9 +529,11 @@ void P2PEngine::check_health_locked(Done& done) {
 
 std::vector<P2PHandle> P2PEngine::take_pending_locked() {
   std::vector<P2PHandle> pending;
-  for (auto& q : sends_) {
-    pending.insert(pending.end(), q.begin(), q.end());
-    q.clear();
+  for (auto* queues : {&sends_, &unjudged_}) {
+    for (auto& q : *queues) {
+      pending.insert(pending.end(), q.begin(), q.end());
+      q.clear();
+    }
   }
   pending.insert(pending.end(), recvs_.begin(), recvs_.end());
   recvs_.clear();
@@ -465,8 +547,9 @@ std::vector<P2PHandle> P2PEngine::take_pending_locked() {
 
 void P2PEngine::fail_all_locked(const std::string& culprit_why, Done& done, const P2POp* culprit) {
   for (const auto& op : take_pending_locked()) {
-    const std::string why = op.get() == culprit ? culprit_why : session_.aborted_message(describe(*op));
-    finish_locked(op, std::make_exception_ptr(CommTimeout(why)), done);
+    finish_locked(op, op.get() == culprit ? std::make_exception_ptr(CommTimeout(culprit_why))
+                                          : session_.aborted_error(describe(*op)),
+                  done);
   }
 }
 

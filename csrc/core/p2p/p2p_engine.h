@@ -24,12 +24,22 @@
 // Matching follows MPI's rules: an arriving message goes to the earliest
 // posted receive with its source (or any source) and tag, and a receive takes
 // the earliest unexpected message that fits, so messages between two ranks
-// with the same tag arrive in the order they were sent. A receive whose
-// message differs in size or type raises CollectiveMismatch; the sender learns
-// it through a notice and raises the same, from the send if it is still in
-// flight, else from its next point-to-point call. An operation not complete by
-// its deadline (posted + the timeout) raises CommTimeout naming its peer, and
-// aborts the session, as a collective's timeout does; so does a dead peer.
+// with the same tag arrive in the order they were sent.
+//
+// A send completes once its bytes are in shared memory and the receiver has
+// judged its message: matched it to a receive, or, with none posted yet, taken
+// it into a buffer while it drives its other operations (so two ranks that
+// both send first still complete; a rank that sends and then waits on
+// something its receiver is not driving waits, as on gloo, whose sends wait
+// for their receive). A receive whose message differs in size or type raises
+// CollectiveMismatch and drops the message; the sender learns it through a
+// notice, left before the message counts as judged, and its send raises the
+// same. Errors stay where they happened: no other operation, peer or later
+// call sees them, and the next pair goes through. (A message taken into a
+// buffer and refused later fails its receive only: its send completed.)
+// An operation not complete by its deadline (posted + the timeout) raises
+// CommTimeout naming its peer, and aborts the session, as a collective's
+// timeout does; so does a dead peer.
 #pragma once
 
 #include <atomic>
@@ -79,7 +89,8 @@ struct P2POp {
   uint64_t message_ = 0;   // a send's message number on its channel
   size_t moved_ = 0;       // bytes committed (send) or received (recv)
   uint64_t deadline_ns_ = 0;
-  std::exception_ptr refused_;  // a send the receiver refused: its error once it has streamed out
+  std::exception_ptr refused_;  // a send the receiver refused: its error once it is judged
+  bool streamed_ = false;  // a send whose every frame is committed (it waits for its verdict)
   bool helped_ = false;  // counted in the engine's helped_
 };
 
@@ -138,7 +149,13 @@ class P2PEngine {
   bool pass_locked(Done& done);
   bool push_sends_locked(int peer, Done& done);
   bool pull_frames_locked(int peer, Done& done);
-  void take_notices_locked(int peer, Done& done);
+  // Sending side: completes the streamed sends `peer` has judged, each with
+  // the refusal its notice carried, if any.
+  bool take_verdicts_locked(int peer, Done& done);
+  void take_notices_locked(int peer);
+  // Receiving side: leaves `sender` the refusals it has not yet read and
+  // publishes how many of its messages are judged; true if it wrote anything.
+  bool publish_verdicts_locked(int sender);
   // Starts a new message from `peer` (its first frame's header); false while
   // it is held in the channel for its receive (see kHoldNs in the .cpp).
   bool begin_message_locked(int peer, const FrameHeader& h, Done& done);
@@ -148,11 +165,16 @@ class P2PEngine {
   // Matches a just-posted receive against what already arrived.
   bool match_unexpected_locked(const P2PHandle& op, Done& done);
   // Whether `recv` may take a message of `h`'s size and type; if not, fails it
-  // and tells the sender.
+  // and queues a notice for the sender.
+  // tell_sender: false for a message taken into a buffer before its receive
+  // (its send completed when it was judged).
   bool accept_locked(const P2PHandle& recv, int source, uint64_t message, size_t total,
-                     uint32_t type, Done& done);
+                     uint32_t type, Done& done, bool tell_sender = true);
   void finish_locked(const P2PHandle& op, std::exception_ptr err, Done& done);
   void help_locked(const P2PHandle& op);
+  void wake_helper_locked();
+  // Helped operations, or refusals still to leave, and no thread in wait().
+  bool helper_has_work_locked() const;
   // Deadlines, a dead peer, the session's abort: fails what must fail.
   void check_health_locked(Done& done);
   // Fails every pending operation: `culprit` with `culprit_why`, the others
@@ -174,6 +196,7 @@ class P2PEngine {
   std::mutex mu_;
   std::condition_variable helper_cv_;
   std::vector<std::deque<P2PHandle>> sends_;  // per peer, in post order; the front streams
+  std::vector<std::deque<P2PHandle>> unjudged_;  // per peer: streamed sends awaiting their verdict
   std::list<P2PHandle> recvs_;                // posted, unmatched, in post order
   std::vector<Incoming> incoming_;            // per peer
   std::vector<std::deque<std::shared_ptr<Unexpected>>> unexpected_;  // per source, arrival order
@@ -185,7 +208,17 @@ class P2PEngine {
   size_t helped_ = 0;       // of those, the ones the helper drives when nobody waits (see post)
   int waiters_ = 0;         // threads in wait(): the helper stays off while any drives
   uint64_t next_liveness_ns_ = 0;
-  std::exception_ptr deferred_;  // a refused send that had already completed: the next call raises it
+  // Receiving side, per sender: messages judged so far, the count published
+  // (ChannelControl::judged), and refusals not yet left on its notice line
+  // (one at a time: the sender reads each before the next), oldest first.
+  struct Refusal {
+    uint64_t message;
+    std::string why;
+  };
+  std::vector<uint64_t> judged_;
+  std::vector<uint64_t> published_;
+  std::vector<std::deque<Refusal>> refusals_;
+  size_t refusals_waiting_ = 0;  // entries in refusals_, all senders
   bool closing_ = false;
   std::thread helper_;
 };

@@ -299,34 +299,24 @@ TEST(any_source_receives_say_who_sent) {
 }
 
 TEST(mismatched_pair_fails_on_both_ranks_and_the_channel_stays_usable) {
+  // The send and the receive that differ both raise, from those very
+  // operations; the replies after them go through on both sides.
   World w(2);
   std::vector<std::string> refused(2);
-  int raised = 0;
   std::vector<std::vector<int32_t>> after(2, std::vector<int32_t>(10));
   auto errors = w.run([&](int r) {
     P2PEngine& e = w.engine(r);
     if (r == 0) {
       std::vector<int32_t> four = pattern(4, 0);
-      e.wait(isend(e, 1, 0, four));  // complete at once: its bytes left
-      // The refusal reaches one of this rank's next posts, whichever comes
-      // after the notice (at the latest the third: its notice was left
-      // before the replies were sent). That post raises; posted again, it
-      // goes through.
-      std::vector<int32_t> done(1);
-      std::vector<std::function<P2PHandle()>> calls = {
-          [&] { return irecv(e, 1, 1, after[0]); }, [&] { return irecv(e, 1, 2, after[1]); },
-          [&] { return isend(e, 1, 3, done); }};
-      for (auto& call : calls) {
-        P2PHandle o;
-        try {
-          o = call();
-        } catch (const CollectiveMismatch& m) {
-          refused[0] = m.what();
-          ++raised;
-          o = call();
-        }
-        e.wait(o);
+      try {
+        e.wait(isend(e, 1, 0, four));
+      } catch (const CollectiveMismatch& m) {
+        refused[0] = m.what();
       }
+      std::vector<int32_t> done(1);
+      e.wait(irecv(e, 1, 1, after[0]));
+      e.wait(irecv(e, 1, 2, after[1]));
+      e.wait(isend(e, 1, 3, done));
     } else {
       std::vector<int32_t> eight(8);
       try {
@@ -342,14 +332,122 @@ TEST(mismatched_pair_fails_on_both_ranks_and_the_channel_stays_usable) {
     }
   });
   CHECK(no_errors(errors));
-  CHECK_EQ(raised, 1);
   for (const auto& m : refused) {
     CHECK(m.find("rank 0 sent 16 bytes of type1 with tag 0, rank 1 receives 32 bytes") != std::string::npos);
   }
   CHECK(refused[1].find("rank 1: recv from rank 0") != std::string::npos);
-  CHECK(refused[0].find("rank 0: send to rank 1") != std::string::npos);
+  CHECK(refused[0].find("rank 0: send to rank 1 (tag 0, 16 bytes)") != std::string::npos);
   CHECK(after[0] == pattern(10, 7));
   CHECK(after[1] == pattern(10, 8));
+}
+
+TEST(a_mismatch_fails_only_its_pair_and_the_retry_goes_through) {
+  // Issue 30: rank 0 sends 4 values, rank 1 receives 8: both raise. Both then
+  // retry with 8, which goes through (the refusal raised nowhere else), and
+  // rank 2, exchanging with both before, during and after, sees nothing of it.
+  World w(3, 5);
+  std::vector<std::string> refused(3);
+  std::vector<int32_t> retried(8);
+  std::vector<std::vector<int32_t>> from_third(2, std::vector<int32_t>(6));
+  std::vector<std::vector<int32_t>> to_third(2, std::vector<int32_t>(6));
+  auto errors = w.run([&](int r) {
+    P2PEngine& e = w.engine(r);
+    if (r == 2) {
+      for (int round = 0; round < 3; ++round) {
+        for (int peer : {0, 1}) {
+          auto mine = pattern(6, 20 + peer + round);
+          e.wait(isend(e, peer, 10 + round, mine));
+          e.wait(irecv(e, peer, 20 + round, to_third[size_t(peer)]));
+        }
+      }
+      return;
+    }
+    auto exchange_with_third = [&](int round) {
+      e.wait(irecv(e, 2, 10 + round, from_third[size_t(r)]));
+      auto back = pattern(6, 30 + r + round);
+      e.wait(isend(e, 2, 20 + round, back));
+    };
+    exchange_with_third(0);
+    // The receive is posted before the message can arrive (rank 1 says when):
+    // a message that arrives while its receiver drives other operations is
+    // taken into a buffer, which completes its send.
+    std::vector<int32_t> go(1);
+    try {
+      if (r == 0) {
+        e.wait(irecv(e, 1, 99, go));
+        auto four = pattern(4, 1);
+        e.wait(isend(e, 1, 0, four));
+      } else {
+        std::vector<int32_t> eight(8);
+        auto v = irecv(e, 0, 0, eight);
+        e.wait(isend(e, 0, 99, go));
+        e.wait(v);
+      }
+    } catch (const CollectiveMismatch& m) {
+      refused[size_t(r)] = m.what();
+    }
+    exchange_with_third(1);
+    if (r == 0) {
+      auto eight = pattern(8, 2);
+      e.wait(isend(e, 1, 0, eight));
+    } else {
+      e.wait(irecv(e, 0, 0, retried));
+    }
+    exchange_with_third(2);
+  });
+  CHECK(no_errors(errors));
+  CHECK(refused[0].find("rank 0: send to rank 1 (tag 0, 16 bytes): rank 0 sent 16 bytes of type1 with tag 0, "
+                        "rank 1 receives 32 bytes") != std::string::npos);
+  CHECK(refused[1].find("rank 1: recv from rank 0 (tag 0, 32 bytes): rank 0 sent 16 bytes") != std::string::npos);
+  CHECK(retried == pattern(8, 2));
+  for (int r : {0, 1}) {
+    CHECK(from_third[size_t(r)] == pattern(6, 22 + r));
+    CHECK(to_third[size_t(r)] == pattern(6, 32 + r));
+  }
+  for (int r = 0; r < 3; ++r) CHECK(!w.ranks[size_t(r)]->session->aborted());
+}
+
+TEST(several_refusals_in_flight_each_reach_their_own_send) {
+  // Three mismatched isends in a row: the notice line carries one refusal at a
+  // time, and each send waits for its own. Then a matching pair goes through.
+  World w(2, 5, 4096, 4);
+  std::vector<std::string> sent_errors(3), recv_errors(3);
+  std::vector<int32_t> last(5);
+  auto errors = w.run([&](int r) {
+    P2PEngine& e = w.engine(r);
+    std::vector<std::vector<int32_t>> bufs(3, std::vector<int32_t>(size_t(r == 0 ? 2 : 3)));
+    std::vector<P2PHandle> ops;
+    // The receives are posted first (rank 1 says when), so each message meets
+    // its receive as it arrives.
+    std::vector<int32_t> go(1);
+    if (r == 0) {
+      e.wait(irecv(e, 1, 99, go));
+      for (int i = 0; i < 3; ++i) ops.push_back(isend(e, 1, 4, bufs[size_t(i)]));
+    } else {
+      for (int i = 0; i < 3; ++i) ops.push_back(irecv(e, 0, 4, bufs[size_t(i)]));
+      e.wait(isend(e, 0, 99, go));
+    }
+    for (int i = 0; i < 3; ++i) {
+      try {
+        e.wait(ops[size_t(i)]);
+      } catch (const CollectiveMismatch& m) {
+        (r == 0 ? sent_errors : recv_errors)[size_t(i)] = m.what();
+      }
+    }
+    auto five = pattern(5, 9);
+    if (r == 0) {
+      e.wait(isend(e, 1, 4, five));
+    } else {
+      e.wait(irecv(e, 0, 4, last));
+    }
+  });
+  CHECK(no_errors(errors));
+  for (int i = 0; i < 3; ++i) {
+    CHECK(sent_errors[size_t(i)].find("rank 0 sent 8 bytes of type1 with tag 4, rank 1 receives 12 bytes") !=
+          std::string::npos);
+    CHECK(!recv_errors[size_t(i)].empty());
+  }
+  CHECK(last == pattern(5, 9));
 }
 
 TEST(type_mismatch_is_refused_too) {
@@ -361,8 +459,43 @@ TEST(type_mismatch_is_refused_too) {
     e.post(o);
     e.wait(o);
   });
-  CHECK(errors[0].empty());  // its send completed before the refusal came back
-  CHECK(errors[1].find("bytes of type1") != std::string::npos && errors[1].rfind("mismatch: ", 0) == 0);
+  for (int r : {0, 1}) {
+    CHECK(errors[size_t(r)].rfind("mismatch: ", 0) == 0);
+    CHECK(errors[size_t(r)].find("16 bytes of type1 with tag 0, rank 1 receives 16 bytes of type2") !=
+          std::string::npos);
+  }
+}
+
+TEST(a_message_taken_in_before_its_receive_and_refused_fails_the_receive_only) {
+  // Rank 1 drives its engine (a receive from rank 0 with tag 2) while rank 0's
+  // tag-1 message arrives: it is taken into a buffer, which completes the send.
+  // The receive posted later refuses it; only that receive raises, and rank
+  // 0's next operations are not touched.
+  World w(2);
+  std::string refused;
+  std::vector<int32_t> reply(3);
+  auto errors = w.run([&](int r) {
+    P2PEngine& e = w.engine(r);
+    if (r == 0) {
+      auto two = pattern(2, 1), three = pattern(3, 2);
+      e.wait(isend(e, 1, 1, two));
+      e.wait(isend(e, 1, 2, three));
+      e.wait(irecv(e, 1, 3, reply));
+    } else {
+      std::vector<int32_t> got2(3), got1(4);
+      e.wait(irecv(e, 0, 2, got2));
+      try {
+        e.wait(irecv(e, 0, 1, got1));
+      } catch (const CollectiveMismatch& m) {
+        refused = m.what();
+      }
+      auto back = pattern(3, 5);
+      e.wait(isend(e, 0, 3, back));
+    }
+  });
+  CHECK(no_errors(errors));
+  CHECK(refused.find("rank 0 sent 8 bytes of type1 with tag 1, rank 1 receives 16 bytes") != std::string::npos);
+  CHECK(reply == pattern(3, 5));
 }
 
 TEST(receive_without_a_send_times_out_naming_the_peer) {
@@ -385,6 +518,19 @@ TEST(receive_without_a_send_times_out_naming_the_peer) {
     isend(w.engine(1), 0, 6, v);
   });
   CHECK(errors[1].find("aborted by rank 0") != std::string::npos);
+}
+
+TEST(send_whose_receiver_never_looks_times_out) {
+  // The message fits the channel, but a send completes only once its receiver
+  // has taken it in: one that never does is named at the deadline.
+  World w(2, 0.3);
+  auto errors = w.run([&](int r) {
+    if (r == 1) return;
+    std::vector<int32_t> v(4);
+    w.engine(0).wait(isend(w.engine(0), 1, 0, v));
+  });
+  CHECK(errors[0].find("send to rank 1 (tag 0, 16 bytes): Timed out after 0.3 s, rank 1 has not taken the "
+                       "message in") != std::string::npos);
 }
 
 TEST(send_larger_than_the_channel_with_no_receive_times_out) {

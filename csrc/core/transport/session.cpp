@@ -205,12 +205,13 @@ std::string Session::where() const {
   return os.str();
 }
 
-std::string Session::abort(const std::string& reason) {
+std::string Session::abort(const std::string& reason, int dead_peer) {
   Header& h = header();
   uint32_t expected = uint32_t(AbortState::kHealthy);
   if (h.abort_state.compare_exchange_strong(expected, uint32_t(AbortState::kWriting),
                                             std::memory_order_acq_rel)) {
     h.abort_by = rank_;
+    h.abort_dead = dead_peer;
     std::snprintf(h.abort_reason, sizeof(h.abort_reason), "%s", reason.c_str());
     h.abort_state.store(uint32_t(AbortState::kAborted), std::memory_order_release);
     // Wake the handshake's sleepers so each sees the abort now; a data path's
@@ -242,13 +243,23 @@ std::string Session::aborted_message(const std::string& what) const {
   return os.str();
 }
 
-void Session::fail_aborted() const { throw CommTimeout(aborted_message(what_)); }
+std::exception_ptr Session::aborted_error(const std::string& what) const {
+  const std::string message = aborted_message(what);
+  // abort_dead is written before kAborted (release), which aborted_message acquired.
+  const Header& h = header();
+  if (h.abort_state.load(std::memory_order_acquire) == uint32_t(AbortState::kAborted) && h.abort_dead >= 0) {
+    return std::make_exception_ptr(PeerDied(message));
+  }
+  return std::make_exception_ptr(CommTimeout(message));
+}
+
+void Session::fail_aborted() const { std::rethrow_exception(aborted_error(what_)); }
 
 void Session::fail_dead(int peer) {
   std::ostringstream os;
   os << "rank " << rank_ << ": rank " << peer << " (pid " << watch_.pid_of(peer) << ") exited during "
-     << where();
-  throw CommTimeout(abort(os.str()));
+     << where() << ": its process is gone (killed, crashed or ended), seen at once, not at the timeout";
+  throw PeerDied(abort(os.str(), peer));
 }
 
 void Session::fail_timeout(int peer, const char* waiting_for) {
@@ -259,7 +270,13 @@ void Session::fail_timeout(int peer, const char* waiting_for) {
   for (int r = 0; r < world_; ++r) {
     const uint64_t a = control(r).own.arrived.load(std::memory_order_acquire);
     if (r != rank_ && a < arrived_) {
-      missing << (count++ ? ", " : "") << "rank " << r << " (it entered #" << a << ")";
+      // `a` counts the collectives rank r entered: 0 is none yet.
+      missing << (count++ ? ", " : "") << "rank " << r;
+      if (a == 0) {
+        missing << " (it has entered no collective on this communicator yet)";
+      } else {
+        missing << " (the last it entered is #" << a << ")";
+      }
     }
   }
   std::ostringstream os;

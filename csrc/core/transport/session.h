@@ -20,6 +20,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -114,12 +115,15 @@ class Session {
   [[noreturn]] void fail_mismatch(const std::string& message) const;
 
   // Marks the session broken for every rank (idempotent) and returns the
-  // message the caller should raise.
-  std::string abort(const std::string& reason);
+  // message the caller should raise. dead_peer: the rank whose exit is the
+  // reason (every rank then raises PeerDied), or -1.
+  std::string abort(const std::string& reason, int dead_peer = -1);
   bool aborted() const;
   // What a call named `what` raises once the session is aborted: the reason
   // the aborting rank wrote.
   std::string aborted_message(const std::string& what) const;
+  // That error: PeerDied when a peer's exit aborted the session, else CommTimeout.
+  std::exception_ptr aborted_error(const std::string& what) const;
 
   // For waits that are not a collective's (point-to-point keeps a deadline per
   // operation): the lowest rank whose process has exited, or -1, and its pid.

@@ -30,7 +30,8 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free &&
 constexpr size_t kLine = 128;
 constexpr uint64_t kSegmentMagic = 0x31304d4d4f435950ULL;  // "PYCOMM01"
 // 2: fingerprints gained root and divisor; data paths moved out of the session.
-constexpr uint32_t kLayoutVersion = 2;
+// 3: the header says whether a peer's exit caused the abort (abort_dead).
+constexpr uint32_t kLayoutVersion = 3;
 constexpr int kDataParams = 8;
 
 // Written by the owning rank only.
@@ -78,6 +79,7 @@ struct alignas(kLine) Header {
   // fails fast with that reason, so no rank waits on a broken communicator.
   std::atomic<uint32_t> abort_state;
   int32_t abort_by;
+  int32_t abort_dead;  // the rank whose exit caused the abort, or -1 (written with abort_reason)
   char abort_reason[400];
 };
 

@@ -3,7 +3,8 @@
 Torch-free: it imports the standard library, pycomm.routing (the backend's routing table) and
 pycomm.tools.results_schema only, so it runs where pycomm's extension cannot load.
 
-    links      the interconnect catalogue (alpha and B of NVLink, PCIe, InfiniBand, Ethernet)
+    links      the interconnect catalogue (alpha and B of NVLink, PCIe, InfiniBand, Ethernet;
+               a CPU host's shared memory and gloo's TCP, fitted to bench/results)
     model      the formulas (ring, buckets, hierarchy, overlap, epochs) and predict()
     calibrate  alpha and B fitted to the bench's JSON rows; a measured step against the model
     presets    published ResNet-50 runs reproduced, with notes deriving each figure

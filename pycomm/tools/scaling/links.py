@@ -1,4 +1,5 @@
-"""The interconnect catalogue: each kind of link as a ring all-reduce sees it, an alpha and a B."""
+"""The interconnect catalogue: each kind of link as a ring all-reduce sees it, an alpha and a B:
+GPU links from datasheets, CPU links (shared memory, gloo's TCP) fitted to bench/results."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -50,11 +51,51 @@ INTERCONNECTS: dict = {
     )
 }
 
+# CPU ranks, as pycomm runs them: shared memory inside a host, gloo's TCP between hosts.
+# Each figure is what pycomm.tools.scaling.calibrate (the fit `pycomm predict --calibrate`
+# runs) gives for the all-reduce rows committed in bench/results, measured on the 2-core CI
+# host on 2026-12-02; tests/test_scaling.py fits them again from those files. The rows are
+# 2 ranks on 2 cores, so a host with a core per rank and less load does better.
+CPU_RESULTS = "bench/results/collectives_2ranks.json"
+HOSTS_RESULTS = "bench/results/collectives_4ranks_2hosts.json"
+# alpha_s, bandwidth_Bps
+SHM_FIT = (0.576e-6, 8.16e9)            # CPU_RESULTS, pycomm's column (the direct API)
+GLOO_LOOPBACK_FIT = (272e-6, 1.14e9)    # CPU_RESULTS, gloo's column (stock_us)
+GLOO_BETWEEN_HOSTS_FIT = (273e-6, 1.24e9)  # HOSTS_RESULTS, leaders_host_us: gloo between
+#                                          the two fake hosts' first ranks, the whole message
+
+for _wire, _line, _what in (("eth-10g", 1.25e9, "10 GbE, 10 Gb/s = 1.25 GB/s"),
+                            ("eth-25g", 3.125e9, "25 GbE, 25 Gb/s = 3.125 GB/s"),
+                            ("eth-100g", 12.5e9, "100 GbE, 100 Gb/s = 12.5 GB/s"),
+                            ("ib-hdr", 25e9, "InfiniBand HDR as IP over IB (gloo speaks TCP), "
+                                             "200 Gb/s = 25 GB/s")):
+    INTERCONNECTS[f"gloo-{_wire}"] = Interconnect(
+        f"gloo-{_wire}", GLOO_BETWEEN_HOSTS_FIT[0], min(_line, GLOO_BETWEEN_HOSTS_FIT[1]),
+        f"CPU hosts over {_what} per direction, through gloo's TCP (pycomm's link between "
+        f"hosts): alpha {GLOO_BETWEEN_HOSTS_FIT[0] * 1e6:.0f} us, gloo's step fitted to "
+        f"{HOSTS_RESULTS} (leaders column: the kernel's TCP on both ends and gloo's own "
+        f"exchanges; the wire's few us are within that fit's spread); bandwidth the lesser of "
+        f"the line rate and the {GLOO_BETWEEN_HOSTS_FIT[1] / 1e9:.2f} GB/s gloo's TCP moved "
+        f"there, so above 10 GbE the CPU's stack, not the wire, bounds one stream (pycomm's "
+        f"hierarchical all-reduce runs one stream per local rank: --nics-per-host N lets N of "
+        f"them run at that rate at once)")
+INTERCONNECTS["shm"] = Interconnect(
+    "shm", *SHM_FIT,
+    f"pycomm's shared memory between the CPU ranks of one host: alpha and B fitted to the "
+    f"all-reduce rows of {CPU_RESULTS} (pycomm's column: the direct API, 8 B to 128 MiB)")
+INTERCONNECTS["gloo-loopback"] = Interconnect(
+    "gloo-loopback", *GLOO_LOOPBACK_FIT,
+    f"gloo between the CPU ranks of one host (TCP through the kernel's loopback): alpha and B "
+    f"fitted to the all-reduce rows of {CPU_RESULTS} (gloo's column)")
+del _wire, _line, _what
+
 # The names people type for a link family, mapped to the member they most likely mean.
 _ALIASES = {
     "nvlink": "nvlink3", "pcie": "pcie4", "ib": "ib-hdr", "infiniband": "ib-hdr",
     "hdr": "ib-hdr", "ndr": "ib-ndr", "10gbe": "eth-10g", "ethernet": "eth-10g",
     "eth": "eth-10g", "100gbe": "eth-100g",
+    "shared-memory": "shm", "loopback": "gloo-loopback", "gloo-eth": "gloo-eth-10g",
+    "gloo-ib": "gloo-ib-hdr", "gloo-ethernet": "gloo-eth-10g",
 }
 
 
