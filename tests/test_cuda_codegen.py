@@ -11,7 +11,11 @@ in CI wherever the CUDA sources were built.
 - Memory order (the compute_90 PTX, `cuobjdump -ptx`): every ordered flag
   access of the signal protocol is system scope (the flags live in peers'
   device memory and the status in host-mapped memory, which a narrower scope
-  does not order).
+  does not order), polls are relaxed with one acquire load once a flag is
+  there, and the one exception is the claim of a rank's timeout record: a
+  device-scope compare-and-swap on a word of the rank's own pad, since
+  host-device atomics on host-mapped memory are not promised on a PCIe host.
+  No system-scope compare-and-swap is left.
 """
 from __future__ import annotations
 
@@ -171,13 +175,27 @@ def narrow_accesses(body: str) -> list[str]:
     return [m.group(0) for m in ORDERED.finditer(body) if not re.search(r"\.sys\b", m.group(0))]
 
 
+def is_cas(access: str) -> bool:
+    return access.startswith("atom.") and re.search(r"\.cas\b", access) is not None
+
+
+def is_claim(access: str) -> bool:
+    """The timeout record's claim: a compare-and-swap at device (gpu) scope."""
+    return is_cas(access) and re.search(r"\.gpu\b", access) is not None
+
+
 def test_the_scope_check_tells_a_narrow_scope():
     body = ("st.release.sys.global.b64 [%rd1], %rd2;\n"
             "ld.acquire.gpu.global.b64 %rd3, [%rd4];\n"
             "atom.acq_rel.sys.global.cas.b32 %r1, [%rd5], %r2, %r3;\n"
             "ld.relaxed.cta.global.b32 %r4, [%rd6];\n"
+            "atom.cas.relaxed.gpu.b32 %r9, [%rd8], %r10, %r11;\n"
             "ld.global.nc.v4.u32 {%r5, %r6, %r7, %r8}, [%rd7];\n")
-    assert narrow_accesses(body) == ["ld.acquire.gpu.global.b64", "ld.relaxed.cta.global.b32"]
+    narrow = narrow_accesses(body)
+    assert narrow == ["ld.acquire.gpu.global.b64", "ld.relaxed.cta.global.b32", "atom.cas.relaxed.gpu.b32"]
+    assert [a for a in narrow if is_claim(a)] == ["atom.cas.relaxed.gpu.b32"]
+    assert [m.group(0) for m in ORDERED.finditer(body) if is_cas(m.group(0)) and not is_claim(m.group(0))] == \
+        ["atom.acq_rel.sys.global.cas.b32"]
 
 
 def test_signal_flags_are_system_scope_in_the_ptx():
@@ -186,9 +204,14 @@ def test_signal_flags_are_system_scope_in_the_ptx():
     entries = _ptx_entries()
     assert len(entries) == KERNELS_PER_ARCH, len(entries)
     for name, body in entries.items():
-        narrow = narrow_accesses(body)
+        accesses = [m.group(0) for m in ORDERED.finditer(body)]
+        narrow = [a for a in narrow_accesses(body) if not is_claim(a)]
         assert not narrow, f"{name}: ordered accesses without system scope: {sorted(set(narrow))}"
         assert re.search(r"\bst\.release\.sys\b", body), f"{name}: no system-scope release store"
+        assert re.search(r"\bld\.relaxed\.sys\b", body), f"{name}: no relaxed system-scope poll"
         assert re.search(r"\bld\.acquire\.sys\b", body), f"{name}: no system-scope acquire load"
-        assert re.search(r"\batom\.(?:[a-z0-9_]+\.)*acq_rel\.sys\b|\batom\.acq_rel\.sys\b", body), \
-            f"{name}: no system-scope compare-and-swap of the status"
+        assert any(is_claim(a) for a in accesses), f"{name}: no device-scope claim of the timeout record"
+        system_cas = sorted({a for a in accesses if is_cas(a) and not is_claim(a)})
+        assert not system_cas, f"{name}: a compare-and-swap beyond the device-scope claim: {system_cas}"
+        fences = sorted(set(re.findall(r"\bfence\.[a-z0-9_.]+", body)))
+        assert all(re.search(r"\.sys\b", f) for f in fences), f"{name}: a fence below system scope: {fences}"

@@ -42,7 +42,7 @@ struct CudaAllReduceArgs {
   core::ReduceOp op;     // avg divides the sum by world, once, in the accumulation type
   CudaAlgorithm algorithm;
   uint64_t epoch_base;   // advance by epochs_used(args) after each launch (signal_protocol.h)
-  uint64_t timeout_ns;   // bound of every wait inside the kernel
+  uint64_t timeout_ns;   // bound of the launch: a block's waits fail once this long has passed since it started
   DeviceStatus* status;  // this rank's, host-mapped; device pointer
   int blocks;            // 1 .. max_blocks_per_rank(world, sm_count); 0: the default (blocks_of)
   // The SMs of the GPU the ranks may share (cudaDevAttrMultiProcessorCount;
@@ -154,6 +154,10 @@ inline const char* check_args(const CudaAllReduceArgs& a) {
     return "unknown algorithm";
   if (a.count == 0) return nullptr;
   if (a.input == nullptr || a.output == nullptr) return "input and output must not be null";
+  // Tensors off 16 bytes are served (their loops go element by element,
+  // all_reduce_elements.h), but a GPU faults on an element off its own size.
+  if (reinterpret_cast<uintptr_t>(a.input) % elem != 0 || reinterpret_cast<uintptr_t>(a.output) % elem != 0)
+    return "input and output must be aligned to their element size";
   if (a.status == nullptr) return "status must not be null";
   if (a.world == 1) return nullptr;
   if (a.timeout_ns == 0) return "timeout_ns must be positive";

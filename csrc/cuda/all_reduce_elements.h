@@ -8,12 +8,29 @@
 // do (reduce_kernels.cpp); max and min keep the left operand on ties.
 //
 // Loops: each thread of a block takes every threads-th 16-byte vector of a
-// range (coalesced on the GPU), then the scalar tail; the vector loop is used
-// only when every pointer involved is 16-byte aligned (vector_ok).
+// range (coalesced on the GPU), then the scalar tail. A loop takes the vector
+// path when all of its pointers are 16-byte aligned at the range's start (the
+// caller's `vector`; whole-vector accesses are checked on the host). The
+// staging side always is (regions, slots, pieces and chunks start on 16
+// bytes, and every split is in 16-byte units), so a caller passes the
+// alignment of the tensor its loop touches: a misaligned output leaves the
+// loops that read only the input vectorised, and the other way round.
+// Peeling a head would not bring a loop between a tensor and the staging into
+// step: a rank's tensor meets the staging at a shift of the rank's own, while
+// the staging is laid out alike on every rank (its peers read it), so where
+// the tensor reaches 16 bytes the staging does not. Only the loop with no
+// staging pointer (copy_alone, one rank) peels a head, when its input and
+// output share a shift (common_head). Vectors on the staging side with
+// elements on the tensor side, within one loop, were tried: the extra loop
+// variant cost the tightest kernels more than the 64-register cap left them
+// (ptxas spilled in the one-shot and the ring; nvcc 13.0, sm_90). The path
+// never changes what is computed: each element is combined in the same order
+// either way, on every rank.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <type_traits>
 
 #include "../core/kernels/half_convert.h"
@@ -144,10 +161,25 @@ struct alignas(sizeof(T) * W < kVectorBytes ? sizeof(T) * W : kVectorBytes) Pack
   T v[W];
 };
 
+// On the host (the protocol test), a whole-pack access off a 16-byte boundary
+// stops the test: x86 would take it silently, a GPU faults on it.
 template <int W, class T>
-PYCOMM_HD Pack<T, W> load_pack(const T* p) { return *reinterpret_cast<const Pack<T, W>*>(p); }
+PYCOMM_HD void check_pack_aligned(const T* p) {
+#if !defined(__CUDA_ARCH__)
+  if (W > 1 && reinterpret_cast<uintptr_t>(p) % kVectorBytes != 0) std::abort();
+#endif
+}
+
 template <int W, class T>
-PYCOMM_HD void store_pack(T* p, const Pack<T, W>& x) { *reinterpret_cast<Pack<T, W>*>(p) = x; }
+PYCOMM_HD Pack<T, W> load_pack(const T* p) {
+  check_pack_aligned<W>(p);
+  return *reinterpret_cast<const Pack<T, W>*>(p);
+}
+template <int W, class T>
+PYCOMM_HD void store_pack(T* p, const Pack<T, W>& x) {
+  check_pack_aligned<W>(p);
+  *reinterpret_cast<Pack<T, W>*>(p) = x;
+}
 
 template <int W>
 struct Width { static constexpr int value = W; };
@@ -159,22 +191,41 @@ PYCOMM_HD bool is_vector_aligned(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % kVectorBytes == 0;
 }
 
+// Elements of T from p to the next 16-byte boundary (0 on one); p is aligned
+// to sizeof(T) (check_args).
+template <class T>
+PYCOMM_HD size_t elems_to_boundary(const T* p) {
+  return (kVectorBytes - reinterpret_cast<uintptr_t>(p) % kVectorBytes) % kVectorBytes / sizeof(T);
+}
+
+// The head to move element by element so that both `dst` and `src` are on
+// 16 bytes after it: when they are misaligned alike, the elements to the next
+// boundary, at most n; else 0 (no head brings both into step).
+template <class T>
+PYCOMM_HD size_t common_head(const T* dst, const T* src, size_t n) {
+  const bool alike = (reinterpret_cast<uintptr_t>(dst) - reinterpret_cast<uintptr_t>(src)) % kVectorBytes == 0;
+  return alike ? min_size(elems_to_boundary(dst), n) : 0;
+}
+
 // f(Width<W>, i) for the W elements from i on, over [0, n), split across the
-// block. n <= kMaxLoopElems (all_reduce_layout.h), so the indices are 32-bit:
-// 64-bit ones cost the loops registers that, at the kernels' 64-register cap,
-// were spilled to a stack frame.
+// block: W = V (one 16-byte vector) from element 0 when `vector`, and W = 1
+// for the rest. n <= kMaxLoopElems (all_reduce_layout.h), so the indices are
+// 32-bit: 64-bit ones cost the loops registers that, at the kernels'
+// 64-register cap, were spilled to a stack frame. (A body that starts after a
+// scalar head, here, cost the two-shot registers too: copy_alone peels its
+// head itself.)
 template <int V, class F>
-PYCOMM_HD void for_each_pack(const Lanes& l, size_t n, bool vector_ok, F&& f) {
+PYCOMM_HD void for_each_pack(const Lanes& l, size_t n, bool vector, F&& f) {
   const uint32_t m = uint32_t(n);
-  const uint32_t packs = vector_ok ? m / V : 0;
+  const uint32_t packs = vector ? m / V : 0;
   for (uint32_t p = l.thread; p < packs; p += l.threads) f(Width<V>{}, size_t(p * V));
   for (uint32_t i = packs * V + l.thread; i < m; i += l.threads) f(Width<1>{}, size_t(i));
 }
 
 // dst[i] = src[i] (and dst2[i], unless null).
 template <class T>
-PYCOMM_HD void copy_elements(const Lanes& l, T* dst, T* dst2, const T* src, size_t n, bool vector_ok) {
-  for_each_pack<kVectorWidth<T>>(l, n, vector_ok, [&](auto w, size_t i) {
+PYCOMM_HD void copy_elements(const Lanes& l, T* dst, T* dst2, const T* src, size_t n, bool vector) {
+  for_each_pack<kVectorWidth<T>>(l, n, vector, [&](auto w, size_t i) {
     constexpr int W = decltype(w)::value;
     const Pack<T, W> x = load_pack<W>(src + i);
     store_pack<W>(dst + i, x);
@@ -187,9 +238,9 @@ PYCOMM_HD void copy_elements(const Lanes& l, T* dst, T* dst2, const T* src, size
 // addressed through PeerRegions so that no pointer array is indexed here.
 template <class T, class R>
 PYCOMM_HD void reduce_sources(const Lanes& l, T* out, T* out2, PeerRegions<T> srcs, int nsrc, size_t n,
-                              int world, bool vector_ok) {
+                              int world, bool vector) {
   using A = CombineType<T, R>;
-  for_each_pack<kVectorWidth<T>>(l, n, vector_ok, [&](auto w, size_t i) {
+  for_each_pack<kVectorWidth<T>>(l, n, vector, [&](auto w, size_t i) {
     constexpr int W = decltype(w)::value;
     A acc[W];
     Pack<T, W> x = load_pack<W>(srcs[0] + i);
@@ -207,9 +258,9 @@ PYCOMM_HD void reduce_sources(const Lanes& l, T* out, T* out2, PeerRegions<T> sr
 
 // Ring, first send of a sub-chunk: partial[i] = widen(local[i]).
 template <class T>
-PYCOMM_HD void widen_elements(const Lanes& l, Accum<T>* partial, const T* local, size_t n, bool vector_ok) {
+PYCOMM_HD void widen_elements(const Lanes& l, Accum<T>* partial, const T* local, size_t n, bool vector) {
   using A = Accum<T>;
-  for_each_pack<kVectorWidth<T>>(l, n, vector_ok, [&](auto w, size_t i) {
+  for_each_pack<kVectorWidth<T>>(l, n, vector, [&](auto w, size_t i) {
     constexpr int W = decltype(w)::value;
     const Pack<T, W> x = load_pack<W>(local + i);
     Pack<A, W> y;
@@ -222,9 +273,9 @@ PYCOMM_HD void widen_elements(const Lanes& l, Accum<T>* partial, const T* local,
 // that arrived stays on the left, so chunk c is combined in the order c+1, c+2, ..., c.
 template <class T, class R>
 PYCOMM_HD void combine_elements(const Lanes& l, Accum<T>* out, const Accum<T>* received, const T* local,
-                                size_t n, bool vector_ok) {
+                                size_t n, bool vector) {
   using A = Accum<T>;
-  for_each_pack<kVectorWidth<T>>(l, n, vector_ok, [&](auto w, size_t i) {
+  for_each_pack<kVectorWidth<T>>(l, n, vector, [&](auto w, size_t i) {
     constexpr int W = decltype(w)::value;
     const Pack<A, W> p = load_pack<W>(received + i);
     const Pack<T, W> x = load_pack<W>(local + i);
@@ -239,9 +290,9 @@ PYCOMM_HD void combine_elements(const Lanes& l, Accum<T>* out, const Accum<T>* r
 // `out` may be `local` (in place): each element is read before it is written.
 template <class T, class R>
 PYCOMM_HD void finish_elements(const Lanes& l, T* out, T* out2, const Accum<T>* received, const T* local,
-                               size_t n, int world, bool vector_ok) {
+                               size_t n, int world, bool vector) {
   using A = Accum<T>;
-  for_each_pack<kVectorWidth<T>>(l, n, vector_ok, [&](auto w, size_t i) {
+  for_each_pack<kVectorWidth<T>>(l, n, vector, [&](auto w, size_t i) {
     constexpr int W = decltype(w)::value;
     const Pack<A, W> p = load_pack<W>(received + i);
     const Pack<T, W> x = load_pack<W>(local + i);

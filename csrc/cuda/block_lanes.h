@@ -4,6 +4,8 @@
 // thread is a whole block (threads == 1) and the block syncs are no-ops.
 #pragma once
 
+#include <cstdint>
+
 #include "host_device.h"
 
 namespace pycomm::cuda {
@@ -15,7 +17,25 @@ struct Lanes {
   int blocks;
 };
 
+// What thread 0, which alone signals and waits, keeps across a body. On the
+// GPU it lies in the block's shared memory: in registers every thread would
+// hold it for the kernel's life, and at the 64-register cap the element loops
+// spilled for it (ptxas, nvcc 13.0, sm_90).
+struct WaitState {
+  uint64_t deadline;  // clock_ns() past which the block's waits fail (signal_protocol.h)
+  uint64_t epoch;     // the block's last barrier epoch (LaunchBarriers)
+};
+
 struct DeviceBlockSync {
+  PYCOMM_HD static WaitState& wait_state() {
+#if defined(__CUDA_ARCH__)
+    __shared__ WaitState state;
+    return state;
+#else
+    static WaitState state;  // not reached: a host thread runs a body with HostBlockSync
+    return state;
+#endif
+  }
   PYCOMM_HD static void sync() {
 #if defined(__CUDA_ARCH__)
     __syncthreads();
@@ -31,8 +51,12 @@ struct DeviceBlockSync {
   }
 };
 
-// One host thread per block: nothing to meet.
+// One host thread per block: nothing to meet, and a WaitState of the thread's own.
 struct HostBlockSync {
+  static WaitState& wait_state() {
+    static thread_local WaitState state;
+    return state;
+  }
   PYCOMM_HD static void sync() {}
   PYCOMM_HD static bool all(bool ok) { return ok; }
 };

@@ -1,18 +1,13 @@
 // Launcher of the CUDA all-reduce kernels (cuda_all_reduce.h): one kernel per
-// (algorithm, element type, reduction), each a thin shell around the body that
-// the CPU protocol test also runs on host threads.
+// (algorithm, element type, reduction), each a thin shell around
+// all_reduce_block (all_reduce_kernels.cuh), which enters the body that the
+// CPU protocol test also runs on host threads.
 #include "all_reduce_dispatch.h"
+#include "all_reduce_kernels.cuh"
 #include "cuda_all_reduce.h"
-#include "one_shot_all_reduce.cuh"
-#include "ring_all_reduce.cuh"
-#include "two_shot_all_reduce.cuh"
 
 namespace pycomm::cuda {
 namespace {
-
-__device__ __forceinline__ Lanes device_lanes() {
-  return Lanes{threadIdx.x, blockDim.x, int(blockIdx.x), int(gridDim.x)};
-}
 
 // Launch bounds: at most 64 registers a thread, so kMinBlocksPerSM (2) blocks
 // fit on an SM. Every rank's blocks must be resident at once (they wait for
@@ -24,15 +19,15 @@ __device__ __forceinline__ Lanes device_lanes() {
 // by rank at run time, which needs no local memory (no stack frame).
 template <class T, class R>
 __global__ void __launch_bounds__(kAllReduceThreads, kMinBlocksPerSM) one_shot_kernel(const __grid_constant__ CudaAllReduceArgs a) {
-  one_shot_all_reduce<T, R, DeviceBlockSync>(a, device_lanes());
+  all_reduce_block<CudaAlgorithm::kOneShot, T, R>(a, int(blockIdx.x), int(gridDim.x));
 }
 template <class T, class R>
 __global__ void __launch_bounds__(kAllReduceThreads, kMinBlocksPerSM) two_shot_kernel(const __grid_constant__ CudaAllReduceArgs a) {
-  two_shot_all_reduce<T, R, DeviceBlockSync>(a, device_lanes());
+  all_reduce_block<CudaAlgorithm::kTwoShot, T, R>(a, int(blockIdx.x), int(gridDim.x));
 }
 template <class T, class R>
 __global__ void __launch_bounds__(kAllReduceThreads, kMinBlocksPerSM) ring_kernel(const __grid_constant__ CudaAllReduceArgs a) {
-  ring_all_reduce<T, R, DeviceBlockSync>(a, device_lanes());
+  all_reduce_block<CudaAlgorithm::kRing, T, R>(a, int(blockIdx.x), int(gridDim.x));
 }
 
 }  // namespace

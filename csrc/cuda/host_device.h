@@ -9,3 +9,13 @@
 #else
 #define PYCOMM_HD inline
 #endif
+
+// Before a loop that nvcc must not unroll: thread 0's loops over the peers in
+// a barrier, whose unrolled copies held several peers' flag addresses at once
+// in registers that the element loops needed (no gain: each store waits for
+// a system-scope fence anyway).
+#if defined(__CUDA_ARCH__)
+#define PYCOMM_NO_UNROLL _Pragma("unroll 1")
+#else
+#define PYCOMM_NO_UNROLL
+#endif

@@ -29,11 +29,17 @@ PYCOMM_HD void copy_alone(const CudaAllReduceArgs& a, const Lanes& l) {
   T* out = static_cast<T*>(a.output);
   if (in == out) return;
   const ElemRange mine = block_share(a.count, l.blocks, l.block, kVectorWidth<T>);
-  const bool vector_ok = is_vector_aligned(in) && is_vector_aligned(out);
-  // In passes of kMaxLoopElems (a multiple of the vector width: each stays aligned).
-  for (size_t begin = mine.begin; begin < mine.end; begin += kMaxLoopElems) {
+  // When input and output are misaligned alike, a head of fewer than a
+  // vector's elements brings both onto 16 bytes and the rest of the share
+  // goes as vectors; otherwise the head is empty, and the copy goes as
+  // vectors only when both are aligned.
+  const size_t head = common_head(out + mine.begin, in + mine.begin, mine.size());
+  copy_elements(l, out + mine.begin, static_cast<T*>(nullptr), in + mine.begin, head, false);
+  const bool vector = is_vector_aligned(out + mine.begin + head) && is_vector_aligned(in + mine.begin + head);
+  // Then in passes of kMaxLoopElems (a multiple of the vector width: each stays aligned).
+  for (size_t begin = mine.begin + head; begin < mine.end; begin += kMaxLoopElems) {
     copy_elements(l, out + begin, static_cast<T*>(nullptr), in + begin, min_size(mine.end - begin, kMaxLoopElems),
-                  vector_ok);
+                  vector);
   }
 }
 
@@ -46,28 +52,29 @@ PYCOMM_HD PeerRegions<T> staged_regions(const CudaAllReduceArgs& a, const Lanes&
 }
 
 // Block b's barriers of one launch, in order: epochs epoch_base + 1, + 2, ...
-// (epochs_used counts them).
+// (epochs_used counts them), all bounded by the deadline the block took when
+// it started (start_deadline). Thread 0 counts the epochs in its WaitState.
 template <class Sync>
 class LaunchBarriers {
  public:
-  PYCOMM_HD LaunchBarriers(const CudaAllReduceArgs& a, const Lanes& l) : a_(a), l_(l), epoch_(a.epoch_base) {}
+  PYCOMM_HD LaunchBarriers(const CudaAllReduceArgs& a, const Lanes& l) : a_(a), l_(l) {
+    if (l.thread == 0) Sync::wait_state().epoch = a.epoch_base;
+  }
   // False when a peer did not arrive in time.
   PYCOMM_HD bool next() {
-    ++epoch_;
     // The Waiter is built here from the arguments, not kept as a member: a
     // copy held across the element loops took five registers for the
     // kernel's whole life, and at the 64-register cap the two-shot spilled
     // in its inner loops for them.
     return block_signal<Sync>(l_, [&] {
-      return block_barrier(a_.peers.pads, a_.rank, a_.world, l_.block, epoch_,
-                           Waiter{a_.status, a_.timeout_ns, l_.block});
+      const uint64_t epoch = ++Sync::wait_state().epoch;
+      return block_barrier(a_.peers.pads, a_.rank, a_.world, l_.block, epoch, waiter_of<Sync>(a_, l_.block));
     });
   }
 
  private:
   const CudaAllReduceArgs& a_;
   const Lanes& l_;
-  uint64_t epoch_;
 };
 
 // False when a peer did not arrive in time (a.status says which).
@@ -77,9 +84,12 @@ PYCOMM_HD bool one_shot_all_reduce(const CudaAllReduceArgs& a, const Lanes& l) {
     copy_alone<T>(a, l);
     return true;
   }
+  start_deadline<Sync>(a, l);
   const T* in = static_cast<const T*>(a.input);
   T* out = static_cast<T*>(a.output);
-  const bool vector_ok = is_vector_aligned(in) && is_vector_aligned(out);
+  // Each loop pairs one tensor with the staging, which is always aligned.
+  const bool in_vector = is_vector_aligned(in);
+  const bool out_vector = is_vector_aligned(out);
   const size_t region = block_region_bytes(a.peers.buffer_bytes, l.blocks);
   const size_t piece = one_shot_piece_elems(region, sizeof(T));
   const ElemRange share = block_share(a.count, l.blocks, l.block, kVectorWidth<T>);
@@ -88,9 +98,9 @@ PYCOMM_HD bool one_shot_all_reduce(const CudaAllReduceArgs& a, const Lanes& l) {
   LaunchBarriers<Sync> barriers(a, l);
   for (size_t begin = share.begin; begin < share.end; begin += piece) {
     const size_t n = min_size(share.end - begin, piece);
-    copy_elements(l, my_staged, static_cast<T*>(nullptr), in + begin, n, vector_ok);
+    copy_elements(l, my_staged, static_cast<T*>(nullptr), in + begin, n, in_vector);
     if (!barriers.next()) return false;
-    reduce_sources<T, R>(l, out + begin, static_cast<T*>(nullptr), staged, a.world, n, a.world, vector_ok);
+    reduce_sources<T, R>(l, out + begin, static_cast<T*>(nullptr), staged, a.world, n, a.world, out_vector);
     if (!barriers.next()) return false;
   }
   return true;

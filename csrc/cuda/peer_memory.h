@@ -37,6 +37,16 @@ struct SignalPad {
   // block b of rank r = p + 1: epoch_base + the number of p's sends that block
   // has finished reading (so p may overwrite their slots).
   FlagRow ring_consumed[kMaxBlocks];
+  // The claim on this rank's DeviceStatus record: 0 from set-up (zeroed with
+  // the pad), set to 1 by the first block of this rank to time out, which then
+  // alone writes the record. Touched only by this rank's own blocks, never by
+  // a peer or the host, so a device-scope compare-and-swap on device memory
+  // claims it (system_atomics.h): no host-device atomic on host-mapped memory.
+  // Never reset: a timeout breaks the communicator for good (the host raises
+  // and aborts, and never zeroes the DeviceStatus while this pad lives; a new
+  // communicator comes with a new pad and record), so each pad is claimed at
+  // most once. Its own cache line: the flags' polls never share it.
+  alignas(128) uint32_t timeout_claim;
 };
 
 enum class DeviceError : uint32_t { kNone = 0, kTimeout = 1 };
@@ -45,15 +55,18 @@ enum class DeviceError : uint32_t { kNone = 0, kTimeout = 1 };
 // first launch. A non-zero code means the launch that set it failed: the
 // communicator is broken and the host raises an error naming `peer`; it zeroes
 // the record again only once the ranks have set up afresh.
+// The record has one writer: the block that won the pad's timeout_claim
+// (SignalPad) writes code, peer, block and epoch with plain stores, then
+// `failed` with a system-scope release store. The host reads `failed` with
+// acquire before the other fields (or reads them after the kernel ended).
 struct DeviceStatus {
-  // DeviceError. Claimed from kNone by compare-and-swap, so the first block of
-  // this rank to time out writes the record and later ones leave it alone.
-  uint32_t code;
+  uint32_t code;   // DeviceError
   int32_t peer;    // the rank whose flag did not arrive
   int32_t block;   // the block that waited for it
   // 0 until the record is complete, then 1 (release store). Every block of this
   // rank polls it while waiting so that all leave soon after the first fails;
-  // the host may poll it while the kernel runs.
+  // the host may poll it while the kernel runs, and sets it (with code left
+  // kNone) to ask the kernel to stop.
   uint32_t failed;
   uint64_t epoch;  // the flag value that was waited for
 };

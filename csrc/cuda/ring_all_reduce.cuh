@@ -45,21 +45,26 @@ PYCOMM_HD bool ring_all_reduce(const CudaAllReduceArgs& a, const Lanes& l) {
     return true;
   }
   if (a.count == 0) return true;
+  start_deadline<Sync>(a, l);
   const int n = a.world;
   const int rank = a.rank;
   const int left = ring_wrap(rank - 1, n);
   const int right = ring_wrap(rank + 1, n);
   const T* in = static_cast<const T*>(a.input);
   T* out = static_cast<T*>(a.output);
-  const bool vector_ok = is_vector_aligned(in) && is_vector_aligned(out);
+  // Each loop pairs the tensors it touches with the slots, always aligned.
+  const bool in_vector = is_vector_aligned(in);
+  const bool out_vector = is_vector_aligned(out);
   const size_t align = kVectorWidth<T>;
   const RingLayout layout = ring_layout(a.peers.buffer_bytes, l.blocks, sizeof(T), sizeof(A));
-  const Waiter waiter{a.status, a.timeout_ns, l.block};
   const uint64_t base = a.epoch_base;
   SignalPad* const* pads = a.peers.pads;
   const int b = l.block;
+  // Built at each wait from the arguments rather than held: a Waiter kept for
+  // the kernel's life took registers the element loops needed.
+  auto waiter = [&] { return waiter_of<Sync>(a, b); };
 
-  if (!block_signal<Sync>(l, [&] { return block_barrier(pads, rank, n, b, base + 1, waiter); })) return false;
+  if (!block_signal<Sync>(l, [&] { return block_barrier(pads, rank, n, b, base + 1, waiter()); })) return false;
 
   // Slot of send m in a rank's staging buffer.
   auto slot = [&](void* buffer, uint64_t m) {
@@ -79,10 +84,10 @@ PYCOMM_HD bool ring_all_reduce(const CudaAllReduceArgs& a, const Lanes& l) {
       if (owe_consumed) store_release(&pads[left]->ring_consumed[b].from[rank], base + received);
       if (owe_ready) store_release(&pads[right]->ring_ready[b].from[rank], base + sent);
       if (will_receive &&
-          !wait_for_flag(&pads[rank]->ring_ready[b].from[left], base + received + 1, left, waiter))
+          !wait_for_flag(&pads[rank]->ring_ready[b].from[left], base + received + 1, left, waiter()))
         return false;
       if (will_send && sent >= uint64_t(kRingSlots) &&
-          !wait_for_flag(&pads[rank]->ring_consumed[b].from[right], base + sent + 1 - kRingSlots, right, waiter))
+          !wait_for_flag(&pads[rank]->ring_consumed[b].from[right], base + sent + 1 - kRingSlots, right, waiter()))
         return false;
       return true;
     });
@@ -104,16 +109,17 @@ PYCOMM_HD bool ring_all_reduce(const CudaAllReduceArgs& a, const Lanes& l) {
       T* final_out = sends ? reinterpret_cast<T*>(my_slot(sent)) : nullptr;
       if (k < 0) {
         const ElemRange e = range(ring_rs_send_chunk(rank, 0, n));
-        widen_elements<T>(l, partial_out, in + e.begin, e.size(), vector_ok);
+        widen_elements<T>(l, partial_out, in + e.begin, e.size(), in_vector);
       } else if (k < n - 2) {
         const ElemRange e = range(ring_rs_recv_chunk(rank, k, n));
-        combine_elements<T, R>(l, partial_out, partial_in, in + e.begin, e.size(), vector_ok);
+        combine_elements<T, R>(l, partial_out, partial_in, in + e.begin, e.size(), in_vector);
       } else if (k == n - 2) {
         const ElemRange e = range(rank);
-        finish_elements<T, R>(l, out + e.begin, final_out, partial_in, in + e.begin, e.size(), n, vector_ok);
+        finish_elements<T, R>(l, out + e.begin, final_out, partial_in, in + e.begin, e.size(), n,
+                              in_vector && out_vector);
       } else {
         const ElemRange e = range(ring_ag_recv_chunk(rank, k - (n - 1), n));
-        copy_elements(l, out + e.begin, final_out, final_in, e.size(), vector_ok);
+        copy_elements(l, out + e.begin, final_out, final_in, e.size(), out_vector);
       }
       owe_consumed = receives;
       owe_ready = sends;
@@ -125,7 +131,7 @@ PYCOMM_HD bool ring_all_reduce(const CudaAllReduceArgs& a, const Lanes& l) {
   return block_signal<Sync>(l, [&] {
     if (owe_consumed) store_release(&pads[left]->ring_consumed[b].from[rank], base + received);
     if (owe_ready) store_release(&pads[right]->ring_ready[b].from[rank], base + sent);
-    return sent == 0 || wait_for_flag(&pads[rank]->ring_consumed[b].from[right], base + sent, right, waiter);
+    return sent == 0 || wait_for_flag(&pads[rank]->ring_consumed[b].from[right], base + sent, right, waiter());
   });
 }
 

@@ -1,12 +1,19 @@
-// The few memory operations the cross-rank protocol needs, at system scope
-// (flags live in peers' device memory and the status in host-mapped memory):
-// a release store, an acquire load and a compare-and-swap, plus a nanosecond
-// clock for deadlines and a pause for spin loops.
+// The few memory operations the cross-rank protocol needs: at system scope
+// (flags live in peers' device memory and the status in host-mapped memory,
+// which a narrower scope does not order) a release store, a relaxed load for
+// polling and an acquire load; at device scope one compare-and-swap, on a word
+// of the rank's own device memory. Plus a nanosecond clock for deadlines and a
+// pause for spin loops.
 //
-// Under nvcc both compilation passes use cuda::atomic_ref (st.release.sys /
-// ld.acquire.sys on the device). Under g++ they use std::atomic_ref, whose
-// ordering ThreadSanitizer checks: the CPU protocol test proves the kernels'
-// data reads are ordered after the flags that publish them.
+// Under nvcc both compilation passes use cuda::atomic_ref (st.release.sys,
+// ld.relaxed.sys, ld.acquire.sys and atom.cas.gpu on the device). Under g++
+// they use std::atomic_ref, whose ordering ThreadSanitizer checks: the CPU
+// protocol test proves the kernels' data reads are ordered after the flags
+// that publish them. There is no fence here on purpose: ThreadSanitizer does
+// not model std::atomic_thread_fence (GCC warns that -fsanitize=thread does
+// not support it), so a relaxed poll followed by an acquire fence could not
+// be checked on the host. A satisfied poll is followed by an acquire load of
+// the same flag instead (signal_protocol.h), which both builds run as is.
 #pragma once
 
 #include <chrono>
@@ -42,18 +49,39 @@ PYCOMM_HD T load_acquire(const T* p) {
 #endif
 }
 
-// True when *p held `expected` and now holds `desired`.
+// A load that orders nothing but is never torn, cached in a register or
+// hoisted out of a loop: what a poll needs. On the GPU an acquire load also
+// invalidates the SM's L1 so that later plain loads miss it; a poll that
+// fails has nothing to order, so it should not pay for that on every turn.
 template <class T>
-PYCOMM_HD bool compare_and_swap(T* p, T expected, T desired) {
+PYCOMM_HD T load_relaxed(const T* p) {
+  T* q = const_cast<T*>(p);  // atomic_ref wants a mutable object; only loaded here
 #if defined(__CUDACC__)
-  return ::cuda::atomic_ref<T, ::cuda::thread_scope_system>(*p).compare_exchange_strong(
-      expected, desired, ::cuda::std::memory_order_acq_rel);
+  return ::cuda::atomic_ref<T, ::cuda::thread_scope_system>(*q).load(::cuda::std::memory_order_relaxed);
 #else
-  return std::atomic_ref<T>(*p).compare_exchange_strong(expected, desired, std::memory_order_acq_rel);
+  return std::atomic_ref<T>(*q).load(std::memory_order_relaxed);
 #endif
 }
 
-// Nanoseconds from an arbitrary origin; only differences are used.
+// True when *p held `expected` and now holds `desired`. Device scope: only
+// for words in device memory that threads of one GPU alone touch (host-device
+// atomics on host-mapped memory are promised only where
+// cudaDevAttrHostNativeAtomicSupported is 1, which PCIe hosts are not).
+// Relaxed: a caller that needs its winner's writes seen publishes them with a
+// release store of its own.
+template <class T>
+PYCOMM_HD bool compare_and_swap_device(T* p, T expected, T desired) {
+#if defined(__CUDACC__)
+  return ::cuda::atomic_ref<T, ::cuda::thread_scope_device>(*p).compare_exchange_strong(
+      expected, desired, ::cuda::std::memory_order_relaxed);
+#else
+  return std::atomic_ref<T>(*p).compare_exchange_strong(expected, desired, std::memory_order_relaxed);
+#endif
+}
+
+// Nanoseconds from an arbitrary origin; only differences, and deadlines taken
+// from the same clock, are used. On the GPU %globaltimer, which is not the
+// host's clock: a deadline must be computed where it is checked.
 PYCOMM_HD uint64_t clock_ns() {
 #if defined(__CUDA_ARCH__)
   uint64_t t;
@@ -64,6 +92,12 @@ PYCOMM_HD uint64_t clock_ns() {
                       std::chrono::steady_clock::now().time_since_epoch())
                       .count());
 #endif
+}
+
+// clock_ns() + ns, or the clock's end when that would wrap.
+PYCOMM_HD uint64_t deadline_after(uint64_t ns) {
+  const uint64_t now = clock_ns();
+  return now + ns < now ? ~uint64_t(0) : now + ns;
 }
 
 // Between two polls of a flag, the `polls`-th. A GPU thread polls flat out (it

@@ -36,9 +36,12 @@ PYCOMM_HD bool two_shot_all_reduce(const CudaAllReduceArgs& a, const Lanes& l) {
     return true;
   }
   if (a.count == 0) return true;
+  start_deadline<Sync>(a, l);
   const T* in = static_cast<const T*>(a.input);
   T* out = static_cast<T*>(a.output);
-  const bool vector_ok = is_vector_aligned(in) && is_vector_aligned(out);
+  // Each loop pairs one tensor with the staging, which is always aligned.
+  const bool in_vector = is_vector_aligned(in);
+  const bool out_vector = is_vector_aligned(out);
   const size_t align = kVectorWidth<T>;
   const size_t region = block_region_bytes(a.peers.buffer_bytes, l.blocks);
   const TwoShotLayout layout = two_shot_layout(region, sizeof(T), a.world);
@@ -48,17 +51,17 @@ PYCOMM_HD bool two_shot_all_reduce(const CudaAllReduceArgs& a, const Lanes& l) {
   LaunchBarriers<Sync> barriers(a, l);
   for (size_t begin = share.begin; begin < share.end; begin += layout.piece_elems) {
     const ElemRange piece{begin, min_size(share.end, begin + layout.piece_elems)};
-    copy_elements(l, my_staged, static_cast<T*>(nullptr), in + piece.begin, piece.size(), vector_ok);
+    copy_elements(l, my_staged, static_cast<T*>(nullptr), in + piece.begin, piece.size(), in_vector);
     if (!barriers.next()) return false;
     const ElemRange mine = split_aligned(piece, a.world, a.rank, align);
     reduce_sources<T, R>(l, out + mine.begin, my_staged + layout.result_offset,
-                         staged.advanced(mine.begin - piece.begin), a.world, mine.size(), a.world, vector_ok);
+                         staged.advanced(mine.begin - piece.begin), a.world, mine.size(), a.world, out_vector);
     if (!barriers.next()) return false;
     for (int c = 0; c < a.world; ++c) {
       if (c == a.rank) continue;
       const ElemRange chunk = split_aligned(piece, a.world, c, align);
       copy_elements(l, out + chunk.begin, static_cast<T*>(nullptr), staged[c] + layout.result_offset, chunk.size(),
-                    vector_ok);
+                    out_vector);
     }
   }
   return barriers.next();

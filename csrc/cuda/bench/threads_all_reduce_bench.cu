@@ -7,7 +7,21 @@
 //   threads_all_reduce_bench --ranks 2 --min-bytes 8 --max-bytes 256M --iters 50 --json out.json
 //   options: --warmup N, --blocks N (0: the launcher's default; at most SMs / ranks, so
 //            that all ranks' blocks are resident at once), --buffer-bytes 64M,
-//            --algorithms one_shot,two_shot,ring, --timeout-ms 10000
+//            --algorithms one_shot,two_shot,ring, --timeout-ms 10000, --one-launch
+//
+// --one-launch: a correctness mode for compute-sanitizer, not a timing. The
+// sanitizer runs one kernel at a time, so ranks launched apart (one kernel per
+// rank) would each wait for the others until their in-kernel timeout, and the
+// sanitizer would check nothing. With --one-launch every all-reduce is ONE
+// launch whose blocks are every rank's blocks (all_ranks_kernel,
+// all_reduce_kernels.cuh: the same device code as the per-rank kernels), each
+// rank's arguments in the kernel's parameter space. All of them must be
+// resident at once (they wait for each other): the bench refuses a grid larger
+// than the SMs hold (the kernel's occupancy), and launches it cooperatively
+// where the GPU supports that, which guarantees it. #wrong is counted as in
+// the timed mode; no times are printed.
+//   compute-sanitizer --tool memcheck threads_all_reduce_bench --one-launch --ranks 2
+//       --min-bytes 12 --max-bytes 96K --buffer-bytes 32K --iters 1 --warmup 0   (one line)
 //
 // Time: per iteration, the slowest rank's time between the events recorded
 // around its launch in a back-to-back loop; the median over iterations.
@@ -38,6 +52,7 @@
 #include <thread>
 #include <vector>
 
+#include "../all_reduce_kernels.cuh"
 #include "../cuda_all_reduce.h"
 
 namespace {
@@ -67,13 +82,15 @@ struct Options {
   uint64_t timeout_ms = 10000;
   std::vector<CudaAlgorithm> algorithms{CudaAlgorithm::kOneShot, CudaAlgorithm::kTwoShot, CudaAlgorithm::kRing};
   std::string json;
+  bool one_launch = false;
 };
 
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr,
                "threads_all_reduce_bench: %s\nusage: threads_all_reduce_bench [--ranks N] [--min-bytes B] "
                "[--max-bytes B] [--iters N] [--warmup N] [--blocks N] [--buffer-bytes B] "
-               "[--algorithms one_shot,two_shot,ring] [--timeout-ms MS] [--json PATH]   (B: 8, 4K, 256M, 1G)\n",
+               "[--algorithms one_shot,two_shot,ring] [--timeout-ms MS] [--json PATH] [--one-launch]   "
+               "(B: 8, 4K, 256M, 1G)\n",
                why);
   std::exit(1);
 }
@@ -95,7 +112,11 @@ Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
-    if (i + 1 >= argc) usage("every option takes a value");
+    if (flag == "--one-launch") {  // the one option without a value
+      o.one_launch = true;
+      continue;
+    }
+    if (i + 1 >= argc) usage("every option but --one-launch takes a value");
     const std::string v = argv[++i];
     if (flag == "--ranks") o.ranks = std::atoi(v.c_str());
     else if (flag == "--min-bytes") o.min_bytes = parse_bytes(v);
@@ -236,6 +257,7 @@ double empty_launch_median_us(Rank& rank) {
   return median(us);
 }
 
+// The rows as printed; --one-launch rows carry no times (time_us null).
 void write_json(const std::string& path, const Options& o, const char* gpu, double launch_us,
                 const std::vector<Row>& rows) {
   FILE* f = std::fopen(path.c_str(), "w");
@@ -243,20 +265,160 @@ void write_json(const std::string& path, const Options& o, const char* gpu, doub
     std::perror(path.c_str());
     std::exit(1);
   }
-  std::fprintf(f, "{\"bench\": \"threads_all_reduce\", \"gpu\": \"%s\", \"ranks\": %d, \"dtype\": \"float32\", "
-                  "\"op\": \"sum\", \"iters\": %d, \"empty_launch_us\": %.3f, \"rows\": [\n",
-               gpu, o.ranks, o.iters, launch_us);
+  std::fprintf(f, "{\"bench\": \"threads_all_reduce\", \"mode\": \"%s\", \"gpu\": \"%s\", \"ranks\": %d, "
+                  "\"dtype\": \"float32\", \"op\": \"sum\", \"iters\": %d, \"empty_launch_us\": %.3f, \"rows\": [\n",
+               o.one_launch ? "one_launch" : "threads", gpu, o.ranks, o.iters, launch_us);
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
+    const char* sep = i + 1 < rows.size() ? "," : "";
+    if (o.one_launch) {
+      std::fprintf(f,
+                   "  {\"bytes\": %zu, \"count\": %zu, \"algorithm\": \"%s\", \"blocks\": %d, \"time_us\": null, "
+                   "\"wrong\": %llu}%s\n",
+                   r.bytes, r.count, r.algorithm.c_str(), r.blocks, r.wrong, sep);
+      continue;
+    }
     std::fprintf(f,
                  "  {\"bytes\": %zu, \"count\": %zu, \"algorithm\": \"%s\", \"blocks\": %d, \"time_us\": %.3f, "
                  "\"algbw_gbs\": %.3f, \"busbw_gbs\": %.3f, \"wrong\": %llu, \"floor_us\": %.3f, "
                  "\"ceil_busbw_gbs\": %.3f}%s\n",
                  r.bytes, r.count, r.algorithm.c_str(), r.blocks, r.time_us, r.algbw, r.busbw, r.wrong, r.floor_us,
-                 r.ceil_busbw, i + 1 < rows.size() ? "," : "");
+                 r.ceil_busbw, sep);
   }
   std::fprintf(f, "]}\n");
   std::fclose(f);
+}
+
+// float32 sum, as the timed mode.
+using SumF32 = pycomm::cuda::Reduction<pycomm::cuda::SumOp, false>;
+
+const void* all_ranks_kernel_of(CudaAlgorithm alg) {
+  using pycomm::cuda::all_ranks_kernel;
+  switch (alg) {
+    case CudaAlgorithm::kOneShot:
+      return reinterpret_cast<const void*>(&all_ranks_kernel<CudaAlgorithm::kOneShot, float, SumF32>);
+    case CudaAlgorithm::kTwoShot:
+      return reinterpret_cast<const void*>(&all_ranks_kernel<CudaAlgorithm::kTwoShot, float, SumF32>);
+    case CudaAlgorithm::kRing:
+      return reinterpret_cast<const void*>(&all_ranks_kernel<CudaAlgorithm::kRing, float, SumF32>);
+  }
+  return nullptr;
+}
+
+// Whether any rank's status records a timeout (each printed). The kernels have ended.
+bool report_timeouts(const std::vector<Rank>& ranks, CudaAlgorithm alg) {
+  bool any = false;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const DeviceStatus& s = *ranks[r].status;
+    if (s.code == 0) continue;
+    std::fprintf(stderr, "rank %zu: %s timed out in block %d waiting for rank %d (flag %llu)\n", r,
+                 pycomm::cuda::cuda_algorithm_name(alg), s.block, s.peer, (unsigned long long)s.epoch);
+    any = true;
+  }
+  return any;
+}
+
+// --one-launch (see the top of this file): each all-reduce one launch of every
+// rank's blocks, warmup + iters times a size and algorithm, then every rank's
+// output checked. Exit codes as in the timed mode.
+int run_one_launch(const Options& o, std::vector<Rank>& ranks, const pycomm::cuda::PeerMemory& peers, int sm_count,
+                   const cudaDeviceProp& prop) {
+  using pycomm::cuda::kAllReduceThreads;
+  int cooperative = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, 0));
+  const int launches = o.warmup + o.iters;
+  std::printf("# threads_all_reduce_bench --one-launch: %s, %d ranks as the blocks of ONE %s kernel launch per "
+              "all-reduce, float32 sum, %d launches a row\n",
+              prop.name, o.ranks, cooperative ? "cooperative" : "plain", launches);
+  std::printf("# a correctness mode, for compute-sanitizer (which runs one kernel at a time), not a timing: "
+              "no times; #wrong counts every rank's output\n");
+  std::printf("%12s %12s %8s %5s %10s %8s %7s\n", "size", "count", "algo", "blks", "dtype_op", "launches", "#wrong");
+  Rank& lead = ranks[0];  // its stream runs every launch, one after the other
+  std::vector<Row> rows;
+  for (size_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= 2) {
+    const size_t count = std::max<size_t>(1, bytes / sizeof(float));
+    const size_t real_bytes = count * sizeof(float);
+    for (CudaAlgorithm alg : o.algorithms) {
+      CudaAllReduceArgs proto{};
+      proto.world = o.ranks;
+      proto.peers = peers;
+      proto.count = count;
+      proto.dtype = pycomm::core::DType::kFloat32;
+      proto.op = pycomm::core::ReduceOp::kSum;
+      proto.algorithm = alg;
+      proto.timeout_ns = o.timeout_ms * 1000000ull;
+      proto.blocks = o.blocks;
+      proto.sm_count = sm_count;
+      const int blocks = pycomm::cuda::blocks_of(proto);
+      pycomm::cuda::AllRanksArgs all{};
+      all.world = o.ranks;
+      for (int r = 0; r < o.ranks; ++r) {
+        CudaAllReduceArgs a = proto;
+        a.rank = r;
+        a.input = ranks[size_t(r)].input;
+        a.output = ranks[size_t(r)].output;
+        a.status = ranks[size_t(r)].status_device;
+        a.blocks = blocks;  // as the kernel sees it: gridDim.x / world
+        if (const char* bad = pycomm::cuda::check_args(a)) {
+          std::fprintf(stderr, "threads_all_reduce_bench --one-launch: rank %d, %s, %zu bytes: %s\n", r,
+                       pycomm::cuda::cuda_algorithm_name(alg), real_bytes, bad);
+          return 1;
+        }
+        all.ranks[r] = a;
+      }
+      // Every block waits for its peers' blocks: all must be resident at once.
+      const void* kernel = all_ranks_kernel_of(alg);
+      int per_sm = 0;
+      CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, int(kAllReduceThreads), 0));
+      const long long grid = (long long)blocks * o.ranks;
+      if (grid > (long long)per_sm * sm_count) {
+        std::fprintf(stderr,
+                     "threads_all_reduce_bench --one-launch: %d ranks x %d blocks = %lld blocks in one launch, but "
+                     "the %d SMs hold at most %d of this kernel's blocks each at once, and every block waits for "
+                     "the others: use fewer --ranks or --blocks\n",
+                     o.ranks, blocks, grid, sm_count, per_sm);
+        return 1;
+      }
+      for (Rank& k : ranks) CUDA_CHECK(cudaMemsetAsync(k.output, 0, real_bytes, lead.stream));
+      for (int i = 0; i < launches; ++i) {
+        for (int r = 0; r < o.ranks; ++r) all.ranks[r].epoch_base = ranks[size_t(r)].epoch_base;
+        void* params[] = {&all};
+        if (cooperative) {
+          CUDA_CHECK(cudaLaunchCooperativeKernel(kernel, dim3(unsigned(grid)), dim3(kAllReduceThreads), params, 0,
+                                                 lead.stream));
+        } else {
+          CUDA_CHECK(cudaLaunchKernel(kernel, dim3(unsigned(grid)), dim3(kAllReduceThreads), params, 0, lead.stream));
+        }
+        for (int r = 0; r < o.ranks; ++r) ranks[size_t(r)].epoch_base += pycomm::cuda::epochs_used(all.ranks[r]);
+      }
+      CUDA_CHECK(cudaStreamSynchronize(lead.stream));
+      if (report_timeouts(ranks, alg)) return 3;
+      unsigned long long wrong = 0;
+      for (Rank& k : ranks) {
+        unsigned long long w = 0;
+        CUDA_CHECK(cudaMemsetAsync(k.wrong, 0, sizeof(w), lead.stream));
+        count_wrong<<<1024, 256, 0, lead.stream>>>(k.output, count, o.ranks, k.wrong);
+        CUDA_CHECK(cudaGetLastError());
+        CUDA_CHECK(cudaMemcpyAsync(&w, k.wrong, sizeof(w), cudaMemcpyDeviceToHost, lead.stream));
+        CUDA_CHECK(cudaStreamSynchronize(lead.stream));
+        wrong += w;
+      }
+      Row row{};
+      row.bytes = real_bytes;
+      row.count = count;
+      row.algorithm = pycomm::cuda::cuda_algorithm_name(alg);
+      row.blocks = blocks;
+      row.wrong = wrong;
+      rows.push_back(row);
+      std::printf("%12zu %12zu %8s %5d %10s %8d %7llu\n", row.bytes, row.count, row.algorithm.c_str(), row.blocks,
+                  "f32_sum", launches, row.wrong);
+      std::fflush(stdout);
+    }
+  }
+  if (!o.json.empty()) write_json(o.json, o, prop.name, 0.0, rows);
+  unsigned long long total_wrong = 0;
+  for (const Row& r : rows) total_wrong += r.wrong;
+  return total_wrong == 0 ? 0 : 4;
 }
 
 }  // namespace
@@ -302,6 +464,7 @@ int main(int argc, char** argv) {
     peers.pads[r] = k.pad;
   }
   CUDA_CHECK(cudaDeviceSynchronize());
+  if (o.one_launch) return run_one_launch(o, ranks, peers, sm_count, prop);
 
   const double launch_us = empty_launch_median_us(ranks[0]);
   std::printf("# threads_all_reduce_bench: %s, %d ranks as threads (one stream each), float32 sum, %d iters\n",
@@ -372,14 +535,7 @@ int main(int argc, char** argv) {
                                    k.stream));
         CUDA_CHECK(cudaStreamSynchronize(k.stream));
       });
-      for (int r = 0; r < o.ranks; ++r) {
-        const DeviceStatus& s = *ranks[size_t(r)].status;
-        if (s.code != 0) {
-          std::fprintf(stderr, "rank %d: %s timed out in block %d waiting for rank %d (flag %llu)\n", r,
-                       pycomm::cuda::cuda_algorithm_name(alg), s.block, s.peer, (unsigned long long)s.epoch);
-          return 3;
-        }
-      }
+      if (report_timeouts(ranks, alg)) return 3;
       std::vector<double> slowest(size_t(o.iters), 0.0);
       for (const Rank& k : ranks)
         for (int i = 0; i < o.iters; ++i) slowest[size_t(i)] = std::max(slowest[size_t(i)], 1e3 * k.times_ms[size_t(i)]);

@@ -116,7 +116,13 @@ struct Case {
   size_t buffer_bytes = 2048;
   int iterations = 3;
   bool in_place = false;
-  bool unaligned = false;  // tensors one element off 16-byte alignment: the scalar path
+  // Tensors off 16-byte alignment by whole elements: rank r's input starts
+  // (in_shift + r * rank_shift) % V elements past a 16-byte boundary, its
+  // output (out_shift + r * rank_shift) % V (V: elements a vector), so ranks
+  // may differ. In place uses the input's.
+  int in_shift = 0;
+  int out_shift = 0;
+  int rank_shift = 0;
   // Launch i cycles through the algorithms, 1..blocks blocks and several
   // counts up to `count`, as a communicator's launches do. A rank's blocks
   // then meet between launches, as its stream orders them on a GPU: a launch
@@ -146,10 +152,10 @@ std::vector<Launch> launches_of(const Case& c) {
 }
 
 void report(const Case& c, const char* what) {
-  std::fprintf(stderr, "  %s: %s world=%d blocks=%d %s %s count=%zu buffer=%zu%s%s%s\n", what,
+  std::fprintf(stderr, "  %s: %s world=%d blocks=%d %s %s count=%zu buffer=%zu%s shifts=%d,%d,%d%s\n", what,
                cuda::cuda_algorithm_name(c.algorithm), c.world, c.blocks, core::dtype_name(c.dtype),
-               core::op_name(c.op), c.count, c.buffer_bytes, c.in_place ? " in-place" : "",
-               c.unaligned ? " unaligned" : "", c.mixed ? " mixed" : "");
+               core::op_name(c.op), c.count, c.buffer_bytes, c.in_place ? " in-place" : "", c.in_shift,
+               c.out_shift, c.rank_shift, c.mixed ? " mixed" : "");
 }
 
 // What the host may do once a launch has ended on a rank: reuse its staging
@@ -173,28 +179,35 @@ void scribble_own_staging(const CudaAllReduceArgs& a, int block) {
 void run_case(const Case& c) {
   const std::vector<Launch> launches = launches_of(c);
   const size_t elem = core::dtype_size(c.dtype);
-  const size_t offset = c.unaligned ? elem : 0;
+  const size_t vector = cuda::vector_elems(elem);
+  auto shift_bytes = [&](int base, int r) { return size_t(base + r * c.rank_shift) % vector * elem; };
   size_t most_count = 0;
   for (const Launch& l : launches) most_count = std::max(most_count, l.count);
-  const size_t lines = (most_count * elem + offset) / sizeof(Line) + 1;
+  const size_t lines = (most_count * elem + cuda::kVectorBytes) / sizeof(Line) + 1;
   HostRanks host(c.world, c.buffer_bytes);
   auto fresh = [&] { return std::unique_ptr<Line[]>(new Line[lines]()); };
   // [launch][rank]: the input as generated, the tensor passed in (the input
   // itself when in place) and what comes out.
   const size_t n = launches.size();
   std::vector<std::vector<std::unique_ptr<Line[]>>> pristine(n), input(n), output(n);
-  auto at = [&](const std::unique_ptr<Line[]>& l) { return reinterpret_cast<unsigned char*>(l.get()) + offset; };
+  auto at = [](const std::unique_ptr<Line[]>& l, size_t offset) {
+    return reinterpret_cast<unsigned char*>(l.get()) + offset;
+  };
   for (size_t it = 0; it < n; ++it) {
     for (int r = 0; r < c.world; ++r) {
       pristine[it].push_back(fresh());
       for (size_t i = 0; i < launches[it].count; ++i)
-        store_value(c.dtype, at(pristine[it].back()), i, test_value(c.dtype, c.op, r, int(it), i));
+        store_value(c.dtype, at(pristine[it].back(), 0), i, test_value(c.dtype, c.op, r, int(it), i));
       input[it].push_back(fresh());
-      std::memcpy(at(input[it].back()), at(pristine[it].back()), launches[it].count * elem);
+      std::memcpy(at(input[it].back(), shift_bytes(c.in_shift, r)), at(pristine[it].back(), 0),
+                  launches[it].count * elem);
       if (!c.in_place) output[it].push_back(fresh());
     }
   }
-  auto out_of = [&](size_t it, int r) { return at((c.in_place ? input : output)[it][size_t(r)]); };
+  auto in_of = [&](size_t it, int r) { return at(input[it][size_t(r)], shift_bytes(c.in_shift, r)); };
+  auto out_of = [&](size_t it, int r) {
+    return c.in_place ? in_of(it, r) : at(output[it][size_t(r)], shift_bytes(c.out_shift, r));
+  };
 
   CudaAllReduceArgs proto{};
   proto.world = c.world;
@@ -232,7 +245,7 @@ void run_case(const Case& c) {
         a.status = &host.status[size_t(r)];
         for (size_t it = 0; it < n; ++it) {
           a = args_of(a, launches[it]);
-          a.input = at(input[it][size_t(r)]);
+          a.input = in_of(it, r);
           a.output = out_of(it, r);
           const int blocks = cuda::blocks_of(a);
           if (b < blocks && !run_block(a, Lanes{0, 1, b, blocks})) ++failed_blocks;
@@ -251,7 +264,7 @@ void run_case(const Case& c) {
   for (size_t it = 0; it < n; ++it) {
     const size_t bytes = launches[it].count * elem;
     std::vector<const void*> srcs;
-    for (int r = 0; r < c.world; ++r) srcs.push_back(at(pristine[it][size_t(r)]));
+    for (int r = 0; r < c.world; ++r) srcs.push_back(at(pristine[it][size_t(r)], 0));
     core::reduce_sources(c.dtype, c.op, expected.data(), srcs.data(), c.world, launches[it].count, c.world);
     for (int r = 0; r < c.world; ++r) {
       if (std::memcmp(out_of(it, r), expected.data(), bytes) != 0) ++wrong;
@@ -271,7 +284,8 @@ void run_case(const Case& c) {
   }
   if (!c.mixed && largest != final_base) ++wrong;
   if (largest > final_base) ++wrong;
-  for (const DeviceStatus& s : host.status) wrong += s.code != 0 ? 1 : 0;
+  for (const DeviceStatus& s : host.status) wrong += s.code != 0 || s.failed != 0 ? 1 : 0;
+  for (int r = 0; r < c.world; ++r) wrong += host.pads[size_t(r)].timeout_claim != 0 ? 1 : 0;
   CHECK_EQ(wrong, 0);
   if (wrong != 0) report(c, "wrong");
 }
@@ -358,6 +372,12 @@ TEST(check_args_rejects) {
   a.blocks = 64;  // 1024 bytes cut into 4 slots x 64 blocks: no room for a vector
   CHECK(cuda::check_args(a) != nullptr);
   a.blocks = 4;
+  int32_t data[8] = {};
+  a.input = a.output = &data[1];  // off 16 bytes: served
+  CHECK(cuda::check_args(a) == nullptr);
+  a.output = reinterpret_cast<char*>(&data[1]) + 1;  // off its element size: a GPU would fault
+  CHECK(cuda::check_args(a) != nullptr);
+  a.input = a.output = &host;
   a.peers.buffers[1] = static_cast<char*>(a.peers.buffers[1]) + 4;
   CHECK(cuda::check_args(a) != nullptr);
 }
@@ -443,7 +463,7 @@ TEST(all_reduce_counts_worlds_blocks) {
           for (DType t : {DType::kFloat32, DType::kBFloat16}) {
             Case c{alg, world, blocks, t, t == DType::kFloat32 ? ReduceOp::kSum : ReduceOp::kAvg, count};
             c.in_place = (count + size_t(blocks)) % 2 == 0;
-            c.unaligned = count == 1023 && t == DType::kBFloat16;
+            if (count == 1023 && t == DType::kBFloat16) c.in_shift = c.out_shift = 1;
             run_case(c);
           }
         }
@@ -488,16 +508,68 @@ TEST(all_reduce_back_to_back) {
   }
 }
 
-// Ranks 0..world-1 but `absent` run `launches` launches with a short timeout;
-// `absent` runs only `absent_launches` of them. Checks that every running
-// block returns, that each rank's status names `absent`, and the time it took.
+// What the host sees of the ranks' records while their kernels run: like the
+// glue, it polls `failed` with acquire, then reads the other fields. Under
+// ThreadSanitizer a field not ordered before the release of `failed` is a
+// reported race; and the snapshot must equal the final record (complete once
+// published, never rewritten).
+class StatusWatcher {
+ public:
+  explicit StatusWatcher(std::vector<DeviceStatus>& status)
+      : status_(status), seen_(status.size()), thread_([this] { run(); }) {}
+  ~StatusWatcher() { stop(); }
+  void stop() {
+    if (thread_.joinable()) {
+      done_ = true;
+      thread_.join();
+    }
+  }
+  // Whether the watcher saw rank r's record published, and the same as it is now.
+  bool saw_final(int r) const {
+    const DeviceStatus& a = seen_[size_t(r)];
+    const DeviceStatus& b = status_[size_t(r)];
+    return a.failed == 1 && a.code == b.code && a.peer == b.peer && a.block == b.block && a.epoch == b.epoch;
+  }
+
+ private:
+  void run() {
+    for (;;) {
+      const bool last = done_.load();  // one more look after the blocks ended
+      for (size_t r = 0; r < status_.size(); ++r) {
+        DeviceStatus& seen = seen_[r];
+        if (seen.failed != 0 || cuda::load_acquire(&status_[r].failed) == 0) continue;
+        seen.code = status_[r].code;
+        seen.peer = status_[r].peer;
+        seen.block = status_[r].block;
+        seen.epoch = status_[r].epoch;
+        seen.failed = 1;
+      }
+      if (last) return;
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+
+  std::vector<DeviceStatus>& status_;
+  std::vector<DeviceStatus> seen_;
+  std::atomic<bool> done_{false};
+  std::thread thread_;  // last: starts once the members above exist
+};
+
+// Ranks 0..world-1 but `absent` run `launches` launches; `absent` runs only
+// `absent_launches` of them. The launches the absent rank takes part in get a
+// patient timeout (it bounds a whole launch, however slow the sanitizer); the
+// present ranks start the one it misses together, with a short one, so that
+// only the absent rank can be late. Checks that every running block returns,
+// that each rank's status names `absent`, and the time it took.
 void run_absent_rank(CudaAlgorithm alg, int absent_launches) {
   const int world = 3, blocks = 2, absent = 2, launches = absent_launches + 2;
-  constexpr uint64_t kTimeoutNs = 50'000'000;
+  constexpr uint64_t kTimeoutNs = 250'000'000;
   HostRanks host(world, 1024);
   std::vector<float> data(size_t(world) * 1000, 1.0f);
   std::atomic<int> failures{0};
+  std::barrier<> present_start((world - 1) * blocks);
   const auto start = std::chrono::steady_clock::now();
+  StatusWatcher watcher(host.status);
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r) {
     for (int b = 0; b < blocks; ++b) {
@@ -511,10 +583,11 @@ void run_absent_rank(CudaAlgorithm alg, int absent_launches) {
         a.dtype = DType::kFloat32;
         a.op = ReduceOp::kMax;
         a.algorithm = alg;
-        a.timeout_ns = kTimeoutNs;
         a.status = &host.status[size_t(r)];
         a.blocks = blocks;
         for (int it = 0; it < (r == absent ? absent_launches : launches); ++it) {
+          a.timeout_ns = it < absent_launches ? kPatientNs : kTimeoutNs;
+          if (it == absent_launches) present_start.arrive_and_wait();
           if (!run_block(a, Lanes{0, 1, b, blocks})) {
             ++failures;
             return;  // as the kernel ends; the host launches no more
@@ -525,6 +598,7 @@ void run_absent_rank(CudaAlgorithm alg, int absent_launches) {
     }
   }
   for (std::thread& t : threads) t.join();
+  watcher.stop();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   CHECK_EQ(failures.load(), (world - 1) * blocks);
   CHECK(seconds < 5.0);  // one timeout each, however slow the sanitizer
@@ -532,12 +606,15 @@ void run_absent_rank(CudaAlgorithm alg, int absent_launches) {
     const DeviceStatus& s = host.status[size_t(r)];
     if (r == absent) {
       CHECK_EQ(s.code, 0u);
+      CHECK_EQ(host.pads[size_t(r)].timeout_claim, 0u);
       continue;
     }
     CHECK_EQ(s.code, uint32_t(cuda::DeviceError::kTimeout));
     CHECK_EQ(s.failed, 1u);
     CHECK_EQ(s.peer, absent);
     CHECK(s.block >= 0 && s.block < blocks);
+    CHECK_EQ(host.pads[size_t(r)].timeout_claim, 1u);
+    CHECK(watcher.saw_final(r));
     // The first barrier of the launch the absent rank missed.
     CudaAllReduceArgs a{};
     a.world = world;
@@ -557,16 +634,228 @@ TEST(absent_rank_is_named_by_every_rank) {
   }
 }
 
+// Many blocks of one rank time out on the same absent peer at about the same
+// moment: one claims the record, the others leave it alone, and the host sees
+// one complete record (the claim is device-scope, on the rank's own pad).
+TEST(simultaneous_timeouts_make_one_record) {
+  constexpr int kBlocks = 16;
+  for (CudaAlgorithm alg : kAlgorithms) {
+    HostRanks host(2, 4096);  // 256 bytes a block: every block has a piece, so each waits
+    std::vector<float> data(1024, 1.0f);
+    std::atomic<int> failures{0};
+    std::barrier<> start(kBlocks);
+    StatusWatcher watcher(host.status);
+    std::vector<std::thread> threads;
+    for (int b = 0; b < kBlocks; ++b) {
+      threads.emplace_back([&, b] {
+        CudaAllReduceArgs a{};
+        a.rank = 0;  // rank 1 never arrives
+        a.world = 2;
+        a.peers = host.peers;
+        a.input = a.output = data.data();
+        a.count = data.size();
+        a.dtype = DType::kFloat32;
+        a.op = ReduceOp::kSum;
+        a.algorithm = alg;
+        a.timeout_ns = 20'000'000;
+        a.status = &host.status[0];
+        a.blocks = kBlocks;
+        start.arrive_and_wait();
+        if (!run_block(a, Lanes{0, 1, b, kBlocks})) ++failures;
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    watcher.stop();
+    CHECK_EQ(failures.load(), kBlocks);
+    const DeviceStatus& s = host.status[0];
+    CHECK_EQ(s.code, uint32_t(cuda::DeviceError::kTimeout));
+    CHECK_EQ(s.failed, 1u);
+    CHECK_EQ(s.peer, 1);
+    CHECK(s.block >= 0 && s.block < kBlocks);
+    CHECK_EQ(s.epoch, 1u);  // every algorithm's first barrier
+    CHECK_EQ(host.pads[0].timeout_claim, 1u);
+    CHECK(watcher.saw_final(0));
+    CHECK_EQ(host.status[1].failed, 0u);
+    CHECK_EQ(host.pads[1].timeout_claim, 0u);
+  }
+}
+
+// The claim alone, raced by threads that each would write a record of their
+// own: exactly one wins, and the record is all the winner's.
+TEST(record_timeout_claims_once) {
+  constexpr int kThreads = 8;
+  for (int round = 0; round < 20; ++round) {
+    HostRanks host(1, 16);
+    std::barrier<> start(kThreads);
+    std::vector<int> won(kThreads, 0);
+    StatusWatcher watcher(host.status);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        const cuda::Waiter w{&host.status[0], &host.pads[0].timeout_claim, 0, t};
+        start.arrive_and_wait();
+        won[size_t(t)] = cuda::record_timeout(w, 100 + t, 1000 + uint64_t(t)) ? 1 : 0;
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    watcher.stop();
+    int winners = 0;
+    for (int w : won) winners += w;
+    CHECK_EQ(winners, 1);
+    const DeviceStatus& s = host.status[0];
+    CHECK(s.block >= 0 && s.block < kThreads);
+    if (s.block < 0 || s.block >= kThreads) continue;
+    CHECK_EQ(won[size_t(s.block)], 1);
+    CHECK_EQ(s.peer, 100 + s.block);
+    CHECK_EQ(s.epoch, 1000 + uint64_t(s.block));
+    CHECK_EQ(s.code, uint32_t(cuda::DeviceError::kTimeout));
+    CHECK(watcher.saw_final(0));
+  }
+}
+
+// The deadline bounds the collective, not each wait: a peer that arrives at
+// every barrier 60 ms after the last, well within a 150 ms bound per wait,
+// still fails a launch of eight barriers (480 ms) once 150 ms have passed
+// since the block started.
+TEST(deadline_bounds_the_whole_collective) {
+  HostRanks host(2, 1024);
+  std::vector<float> data(1024, 1.0f);  // 4 pieces of 256 floats: 8 barriers
+  CudaAllReduceArgs a{};
+  a.rank = 0;
+  a.world = 2;
+  a.peers = host.peers;
+  a.input = a.output = data.data();
+  a.count = data.size();
+  a.dtype = DType::kFloat32;
+  a.op = ReduceOp::kSum;
+  a.algorithm = CudaAlgorithm::kOneShot;
+  a.timeout_ns = 150'000'000;
+  a.status = &host.status[0];
+  a.blocks = 1;
+  CHECK_EQ(cuda::epochs_used(a), 8u);
+  // Rank 1 stands in as its barrier flags in rank 0's pad only (its staging
+  // stays zero, which rank 0 reads but nobody writes).
+  std::thread peer([&] {
+    for (uint64_t e = 1; e <= 8; ++e) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(60));
+      cuda::store_release(&host.pads[0].barrier[0].from[1], e);
+    }
+  });
+  const bool ok = run_block(a, Lanes{0, 1, 0, 1});
+  peer.join();
+  CHECK(!ok);
+  CHECK_EQ(host.status[0].peer, 1);
+  CHECK(host.status[0].epoch >= 1 && host.status[0].epoch < 8);
+}
+
+// A wait that finds its flag never looks at the clock; one that does not
+// finds the deadline passed within kPollsPerDeadlineCheck polls.
+TEST(wait_for_flag_and_the_deadline) {
+  HostRanks host(2, 1024);
+  const cuda::Waiter past{&host.status[0], &host.pads[0].timeout_claim, 0, 3};
+  uint64_t* flag = &host.pads[0].barrier[3].from[1];
+  cuda::store_release(flag, uint64_t(5));
+  CHECK(cuda::wait_for_flag(flag, 5, 1, past));
+  CHECK_EQ(host.status[0].failed, 0u);
+  CHECK(!cuda::wait_for_flag(flag, 6, 1, past));
+  CHECK_EQ(host.status[0].failed, 1u);
+  CHECK_EQ(host.status[0].peer, 1);
+  CHECK_EQ(host.status[0].block, 3);
+  CHECK_EQ(host.status[0].epoch, 6u);
+}
+
 // A block waiting with a long deadline leaves at once when another block of
-// its rank has failed.
+// its rank (or the host) has set `failed`, without writing a record.
 TEST(failed_flag_releases_waiting_blocks) {
   HostRanks host(2, 1024);
   host.status[0].failed = 1;
-  const cuda::Waiter w{&host.status[0], 3'600'000'000'000, 0};
+  const cuda::Waiter w{&host.status[0], &host.pads[0].timeout_claim, cuda::deadline_after(3'600'000'000'000), 0};
   const auto start = std::chrono::steady_clock::now();
   CHECK(!cuda::block_barrier(host.peers.pads, 0, 2, 0, 1, w));
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
   CHECK_EQ(host.status[0].code, 0u);  // only the first failure is recorded
+  CHECK_EQ(host.pads[0].timeout_claim, 0u);
+}
+
+// The element loops' shape (all_reduce_elements.h): on the vector path,
+// vectors from element 0 (so at 16-byte boundaries of every pointer aligned
+// there), as many as fit; every element once either way; and copy_alone's
+// head, after which input and output are both aligned when they share a
+// shift. (run_case then runs every body with misaligned tensors: a whole
+// vector off 16 bytes there stops the test, check_pack_aligned.)
+template <class T>
+void check_vector_paths() {
+  constexpr int V = cuda::kVectorWidth<T>;
+  alignas(64) static unsigned char memory[3][512];
+  for (int s0 = 0; s0 < V; ++s0) {
+    for (int s1 : {0, s0, (s0 + 1) % V}) {
+      for (int s2 : {-1, 0, s0}) {  // -1: no third pointer
+        T* p0 = reinterpret_cast<T*>(memory[0] + size_t(s0) * sizeof(T));
+        T* p1 = reinterpret_cast<T*>(memory[1] + size_t(s1) * sizeof(T));
+        T* p2 = s2 < 0 ? nullptr : reinterpret_cast<T*>(memory[2] + size_t(s2) * sizeof(T));
+        const bool vector = cuda::is_vector_aligned(p0) && cuda::is_vector_aligned(p1) &&
+                            (p2 == nullptr || cuda::is_vector_aligned(p2));
+        CHECK_EQ(vector, s0 == 0 && s1 == 0 && s2 <= 0);
+        for (size_t n : {size_t(0), size_t(1), size_t(V - 1), size_t(V), size_t(3 * V + 1), size_t(40)}) {
+          std::vector<int> seen(n, 0);
+          size_t vector_elems = 0;
+          for (unsigned t = 0; t < 3; ++t) {  // three threads of a block, one after the other
+            cuda::for_each_pack<V>(Lanes{t, 3, 0, 1}, n, vector, [&](auto w, size_t i) {
+              constexpr int W = decltype(w)::value;
+              for (int k = 0; k < W; ++k) ++seen[i + size_t(k)];
+              if (W == 1) return;
+              vector_elems += W;
+              CHECK(cuda::is_vector_aligned(p0 + i) && cuda::is_vector_aligned(p1 + i));
+              if (p2 != nullptr) CHECK(cuda::is_vector_aligned(p2 + i));
+            });
+          }
+          CHECK(std::all_of(seen.begin(), seen.end(), [](int v) { return v == 1; }));
+          CHECK_EQ(vector_elems, vector ? n / V * V : 0);
+          const size_t head = cuda::common_head(p0, p1, n);
+          CHECK_EQ(head, s0 == s1 ? std::min(n, size_t((V - s0) % V)) : size_t(0));
+          if (s0 == s1 && head < n) CHECK(cuda::is_vector_aligned(p0 + head) && cuda::is_vector_aligned(p1 + head));
+        }
+      }
+    }
+  }
+}
+
+TEST(element_loops_and_copy_alone_head) {
+  check_vector_paths<int8_t>();
+  check_vector_paths<core::BFloat16>();
+  check_vector_paths<float>();
+  check_vector_paths<double>();
+}
+
+// Tensors off 16-byte alignment, the same on every rank or not, input and
+// output alike or not: each loop takes the vector path when its own pointers
+// allow (a misaligned output leaves the input's loops vectorised, and with
+// one rank a head brings input and output into step), and the result is the
+// same bits on every rank.
+TEST(all_reduce_misaligned_tensors) {
+  struct Shifts {
+    bool in_place;
+    int in, out, rank;
+  };
+  // In place, alike on every rank; in place, rank r shifted by r; out of
+  // place, input aligned and output not; input and output shifted alike (one
+  // rank: copy_alone peels a head), and not alike.
+  const Shifts shifts[] = {{true, 3, 3, 0}, {true, 0, 0, 1}, {false, 0, 1, 0}, {false, 3, 3, 1}, {false, 2, 3, 1}};
+  for (CudaAlgorithm alg : kAlgorithms) {
+    for (int world : {1, 2, 3}) {
+      for (DType t : {DType::kInt8, DType::kBFloat16, DType::kFloat32, DType::kFloat64}) {
+        for (const Shifts& sh : shifts) {
+          Case c{alg, world, 2, t, ReduceOp::kSum, 1029};
+          c.in_place = sh.in_place;
+          c.in_shift = sh.in;
+          c.out_shift = sh.out;
+          c.rank_shift = sh.rank;
+          c.iterations = 2;
+          run_case(c);
+        }
+      }
+    }
+  }
 }
 
 }  // namespace
