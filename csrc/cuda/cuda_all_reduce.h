@@ -9,9 +9,10 @@
 //
 // Set-up, once per communicator: every rank allocates a staging buffer of the
 // same size (16-byte aligned; cudaMalloc's are) and a pad of signal_pad_bytes(),
-// zeroes its pad (cudaMemset) before any peer's kernel can run, and zeroes a
-// DeviceStatus in host-mapped pinned memory (cudaHostAlloc(..., cudaHostAllocMapped);
-// pass the device pointer). Per all-reduce, on every rank in the same order:
+// zeroes its pad (on a stream of its own: ipc_data_path.cu) before any peer's
+// kernel can run, and zeroes a DeviceStatus in host-mapped pinned memory
+// (cudaHostAlloc(..., cudaHostAllocMapped); pass the device pointer). Per
+// all-reduce, on every rank in the same order:
 //   1. fill CudaAllReduceArgs (all_reduce_args.h) with the same algorithm,
 //      count, dtype, op, blocks and epoch_base on every rank;
 //   2. launch_all_reduce(args, stream);

@@ -1,6 +1,6 @@
 // Times the CUDA all-reduce kernels with ranks as threads of one process on
 // one GPU, one stream each: kernels of different ranks run side by side, which
-// is the honest way to time them on one GPU (DESIGN.md, "What runs where").
+// is the honest way to time them on one GPU (docs/cuda.md, "One GPU, several ranks").
 // Buffers come from plain cudaMalloc and are shared by pointer (no IPC in one
 // process). float32 sum, sizes doubling from --min-bytes to --max-bytes.
 //
