@@ -131,6 +131,13 @@ def test_all_reduce_smoke(worlds, n):
     assert counts[0] > 0 and len(set(counts)) == 1
 
 
+@needs_gpu
+@pytest.mark.parametrize("n", [2, 3])
+def test_all_reduce_grid(worlds, n):
+    counts = worlds(n).run(_grid, DTYPES, OPS, COUNTS, ALGORITHMS, timeout=600)
+    assert counts[0] > 0 and len(set(counts)) == 1
+
+
 def _large_and_async():
     dev = _device()
     rank, world = dist.get_rank(), dist.get_world_size()

@@ -49,7 +49,9 @@ struct WatchTiming {
   // see the stop flag and leave before the memory it writes is handed back.
   uint64_t stop_grace_ns = 2'000'000'000;
   // Past the session's deadline the kernel reports its own timeout (its waits
-  // end with the collective's time); this backstop is for a kernel that cannot.
+  // end with the collective's time, counted from when its blocks start); this
+  // backstop, counted from the launch, is for a kernel that cannot: one that
+  // never started, behind other work, or a hung GPU.
   uint64_t backstop_ns = 5'000'000'000;
   // How often the peer watch and the abort are checked (a system call).
   uint64_t check_every_ns = 1'000'000;
@@ -99,7 +101,8 @@ inline void run_watched_kernel(core::Session& session, const char* what, DeviceS
         session.check_alive();  // a dead peer or another rank's abort
         if (now > backstop) {
           throw core::CommTimeout(session.abort(
-              who + "the kernel neither finished nor reported within the timeout; the GPU may be hung"));
+              who + "the kernel neither finished nor reported within the timeout (it may never "
+                    "have started: work queued before it on the GPU, or a hung GPU)"));
         }
       }
       if (now < spin_end) continue;
