@@ -547,9 +547,10 @@ skip_rc=
 # turns: the cheapest and most telling first. ipc_smoke: the kernels' own tests, the
 # registration, graph capture refused, a small grid that reaches every algorithm at counts
 # 1, 7 and 2^20 + 3 (pieces through the staging buffer), and a late peer's kernel timing out
-# on the GPU. ipc_tests: the rest on 2 ranks, the full grid (every dtype x op x algorithm x
-# count, each case followed by a gloo all-gather) last, so that its being cut loses nothing
-# else. ipc_grid_3: the same grid on 3 ranks, which take the most turns, a step of its own
+# on the GPU once set up. ipc_tests: the rest on 2 ranks (the late peer again, before the
+# set-up, which must not wait for the peer's queued work), the full grid (every dtype x op x
+# algorithm x count, the ranks' bytes compared once at the end) last, so that its being cut
+# loses nothing else. ipc_grid_3: the same grid on 3 ranks, which take the most turns, a step of its own
 # at the end of the run.
 pycomm_ok() { status_is_ok import; }
 ipc_ready() { pycomm_ok && have_package pytest; }
@@ -561,13 +562,14 @@ runnable ipc_smoke "needs pycomm with CUDA (import) and pytest" ipc_ready &&
     "$path_test::test_backend_registers_for_cuda_where_built" \
     "$path_test::test_graph_capture_is_refused_clearly" \
     "$path_test::test_all_reduce_smoke[2]" \
-    "$path_test::test_a_late_peer_kernel_times_out_on_the_gpu"
+    "$path_test::test_a_late_peer_kernel_times_out_on_the_gpu[warm]"
 runnable ipc_tests "needs pycomm with CUDA (import) and pytest" ipc_ready &&
   gpu ipc_tests "${pytest_steps[@]}" \
     "$path_test::test_large_in_pieces_and_async" \
     "$path_test::test_backend_serves_cuda_tensors" \
     "$path_test::test_ddp_ring_hook_on_cuda" \
     "$path_test::test_sync_batchnorm_under_ring_hook" \
+    "$path_test::test_a_late_peer_kernel_times_out_on_the_gpu[cold]" \
     "$path_test::test_all_reduce_grid[2]"
 
 # (6) Processes under MPS, when it starts: values and times of 2 (and later 3) and 4 ranks
