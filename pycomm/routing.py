@@ -42,10 +42,13 @@ class Route(NamedTuple):
 def route(collective: str, *, hosts: int = 1, local_size: int = 1, uniform: bool = True,
           count: int = 0, itemsize: int = 4, cuda: bool = False, sparse: bool = False,
           native_op: bool = True, leader_max_bytes: Optional[int] = None,
-          direct_max_bytes: Optional[int] = None) -> Route:
+          direct_max_bytes: Optional[int] = None, dtype: str = "float32", op: str = "sum",
+          contiguous: bool = True) -> Route:
     """The route of `collective` with `count` elements of `itemsize` bytes per rank's input
     (all_reduce: the tensor) on `hosts` hosts of `local_size` ranks; the two thresholds
-    default to the settings (csrc/core/settings.h, with their PYCOMM_* overrides)."""
+    default to the settings (csrc/core/settings.h, with their PYCOMM_* overrides). `dtype`
+    (a reducible dtype's name, or "opaque"), `op` and `contiguous` decide only where CUDA
+    tensors go."""
     if leader_max_bytes is None:
         leader_max_bytes = setting("hier_leader_max_bytes")
     if direct_max_bytes is None:
@@ -53,7 +56,8 @@ def route(collective: str, *, hosts: int = 1, local_size: int = 1, uniform: bool
     return Route(*_tables.route(collective, cuda=cuda, sparse=sparse, native_op=native_op,
                                 hosts=hosts, uniform=uniform, local_size=local_size, count=count,
                                 bytes=count * itemsize, direct_max_bytes=direct_max_bytes,
-                                leader_max_bytes=leader_max_bytes))
+                                leader_max_bytes=leader_max_bytes, dtype=dtype, op=op,
+                                contiguous=contiguous))
 
 
 def all_reduce_route(*, hosts: int, local_size: int, nbytes: int, itemsize: int = 4,

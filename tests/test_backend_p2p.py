@@ -189,23 +189,39 @@ def patterns_case():
     else:
         dist.send(payload("any", rank, 100, torch.float32), dst=0)
 
+    # Any layout: a transposed send into a strided receive, around the ring; the
+    # receive writes its view's elements and nothing else of its storage.
+    if world > 1:
+        nxt, prv = (rank + 1) % world, (rank - 1) % world
+        src = (torch.arange(20, dtype=torch.float32).reshape(4, 5) + 100 * rank).t()
+        storage = torch.full((5, 8), -1.0)
+        view = storage[:, ::2]
+        # (A tag of its own: rank 0 may still be receiving from any source above.)
+        works = [dist.isend(src, nxt, tag=7), dist.irecv(view, prv, tag=7)]
+        for w in works:
+            w.wait()
+        want = torch.full((5, 8), -1.0)
+        want[:, ::2] = (torch.arange(20, dtype=torch.float32).reshape(4, 5) + 100 * prv).t()
+        c.equal("non-contiguous send into a strided receive", storage, want)
+
     # Wrong calls, straight to the backend (torch's own checks stand in front of it).
     backend = dist.group.WORLD._get_backend(torch.device("cpu"))
     errors = []
-    for call in (lambda: backend.send([torch.zeros(4, 4).t()], (rank + 1) % world, 0),
-                 lambda: backend.send([torch.zeros(4)], world, 0),
-                 lambda: backend.recv([torch.zeros(4)], rank, 0)):
+    for call in (lambda: backend.send([torch.zeros(4)], world, 0),
+                 lambda: backend.recv([torch.zeros(4)], rank, 0),
+                 lambda: backend.recv([torch.zeros(1).expand(4)], (rank + 1) % world, 0)):
         try:
             call()
             errors.append(None)
         except ValueError as e:
             errors.append(str(e))
-    c.true("non-contiguous tensor: ValueError naming it",
-           errors[0] is not None and "send: tensor must be contiguous" in errors[0], str(errors[0]))
     c.true("dst out of range: ValueError naming it",
-           errors[1] is not None and f"dst: rank {world} is not a peer" in errors[1], str(errors[1]))
+           errors[0] is not None and f"dst: rank {world} is not a peer" in errors[0], str(errors[0]))
     c.true("src of this rank itself: ValueError naming it",
-           errors[2] is not None and f"src: rank {rank} is not a peer" in errors[2], str(errors[2]))
+           errors[1] is not None and f"src: rank {rank} is not a peer" in errors[1], str(errors[1]))
+    c.true("a receive into an expanded view: ValueError naming it",
+           errors[2] is not None and "tensor: is written, but some of its elements share memory"
+           in errors[2], str(errors[2]))
     dist.barrier()
     return c.out()
 

@@ -41,7 +41,7 @@ def test_what_pycomm_does_not_run_goes_to_the_fallback():
         assert routing.route(c) == ("host", algorithm)
         assert routing.route(c, hosts=2, local_size=2) == ("fallback", "gloo")
         assert routing.route(c, cuda=True) == ("fallback", "gloo")
-    for c in ("all_reduce", "reduce", "reduce_scatter"):  # a bitwise op
+    for c in ("all_reduce", "reduce", "reduce_scatter"):  # an op pycomm does not know
         assert routing.route(c, native_op=False) == ("fallback", "gloo")
     assert routing.route("broadcast", native_op=False).plan == "host"  # no reduction: op unused
     assert routing.route("all_reduce", cuda=True) == ("cuda", "cuda-ipc")
@@ -51,6 +51,33 @@ def test_what_pycomm_does_not_run_goes_to_the_fallback():
         assert routing.route(c, sparse=True) == ("fallback", "gloo")
 
 
+def test_every_dtype_and_op_is_pycomms_on_the_cpu():
+    # dtype and layout decide nothing on CPU tensors: every dtype is moved, reduced
+    # where it has arithmetic (refused, as gloo refuses, where not), every layout staged.
+    for dtype in ("bool", "int16", "uint16", "uint32", "uint64", "float32", "opaque"):
+        for op in ("sum", "max", "band", "bxor"):
+            for c in ("all_reduce", "reduce", "reduce_scatter", "all_gather", "broadcast"):
+                assert routing.route(c, dtype=dtype, op=op, contiguous=False).plan == "host"
+                assert routing.route(c, dtype=dtype, op=op, hosts=2, local_size=2).plan == "hierarchical"
+    for c in ("gather", "scatter", "send", "recv"):
+        assert routing.route(c, dtype="bool").plan == "host"
+
+
+def test_cuda_all_reduce_takes_what_its_kernels_take():
+    # The CUDA kernels' dtypes and arithmetic ops (csrc/cuda/all_reduce_dispatch.h,
+    # held to the table by the native test_cuda_protocol); the rest is gloo's.
+    for dtype in ("float32", "float64", "float16", "bfloat16", "int8", "uint8", "int32", "int64"):
+        for op in ("sum", "max", "min", "product"):
+            assert routing.route("all_reduce", cuda=True, dtype=dtype, op=op) == ("cuda", "cuda-ipc")
+    assert routing.route("all_reduce", cuda=True, dtype="float16", op="avg").plan == "cuda"
+    assert routing.route("all_reduce", cuda=True, dtype="int32", op="avg").plan == "fallback"
+    for dtype in ("bool", "int16", "uint16", "uint32", "uint64", "opaque"):
+        assert routing.route("all_reduce", cuda=True, dtype=dtype) == ("fallback", "gloo")
+    for op in ("band", "bor", "bxor"):
+        assert routing.route("all_reduce", cuda=True, dtype="int32", op=op) == ("fallback", "gloo")
+    assert routing.route("all_reduce", cuda=True, contiguous=False) == ("fallback", "gloo")
+
+
 def test_route_rejects_what_it_does_not_know():
     with pytest.raises(ValueError, match="collective: unknown collective 'allreduce'"):
         _tables.route("allreduce")
@@ -58,6 +85,10 @@ def test_route_rejects_what_it_does_not_know():
         _tables.route("all_reduce", hosts=0)
     with pytest.raises(ValueError, match="count: expected a size of 0 or more, got -1"):
         _tables.route("all_reduce", count=-1)
+    with pytest.raises(ValueError, match="dtype: unknown dtype 'float8'"):
+        _tables.route("all_reduce", dtype="float8")
+    with pytest.raises(ValueError, match="op: unknown op 'mean'; expected one of sum, avg"):
+        _tables.route("all_reduce", op="mean")
     with pytest.raises(OverflowError):
         _tables.route("all_reduce", bytes=1 << 64)
 

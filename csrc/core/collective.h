@@ -110,7 +110,7 @@ inline std::string describe(const Fingerprint& fp) {
   std::ostringstream os;
   os << kind_name(fp.kind);
   if (CollectiveKind(fp.kind) == CollectiveKind::kBarrier) return os.str() + "()";
-  os << "(count=" << fp.count << ", dtype=" << dtype_name(DType(fp.dtype));
+  os << "(count=" << fp.count << ", dtype=" << dtype_label(DType(fp.dtype));
   if (fp.op) os << ", op=" << op_name(ReduceOp(fp.op));
   if (fp.divisor) os << ", divisor=" << fp.divisor;
   if (fp.root >= 0) os << ", root=" << fp.root;

@@ -54,13 +54,39 @@ Routed route(const RouteQuery& q) {
                            !q.sparse && (q.native_op || !reduces(q.collective));
   if (!pycomm_runs) return {Plan::kFallback, Route::kGloo};
   if (q.cuda) {
-    // CUDA tensors: pycomm's own all-reduce on one host; the rest, and
-    // everything across hosts, through gloo (which stages them through the host).
-    if (q.collective == Collective::kAllReduce && q.hosts == 1) return {Plan::kCuda, Route::kCudaIpc};
+    // CUDA tensors: pycomm's own all-reduce on one host, for what its kernels
+    // take; the rest, and everything across hosts, through gloo (which stages
+    // them through the host).
+    if (q.collective == Collective::kAllReduce && q.hosts == 1 && q.contiguous &&
+        cuda_all_reduce_takes(q.dtype, q.op)) {
+      return {Plan::kCuda, Route::kCudaIpc};
+    }
     return {Plan::kFallback, Route::kGloo};
   }
   if (q.hosts > 1) return {Plan::kHierarchical, hierarchical_route(q)};
   return {Plan::kHost, host_route(q)};
+}
+
+bool cuda_all_reduce_takes(DType dtype, ReduceOp op) {
+  switch (dtype) {
+    case DType::kFloat32:
+    case DType::kFloat64:
+    case DType::kFloat16:
+    case DType::kBFloat16:
+    case DType::kInt8:
+    case DType::kUInt8:
+    case DType::kInt32:
+    case DType::kInt64: break;
+    default: return false;
+  }
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kMax:
+    case ReduceOp::kMin:
+    case ReduceOp::kProduct: return true;
+    case ReduceOp::kAvg: return is_floating(dtype);
+    default: return false;
+  }
 }
 
 Algorithm resolve_algorithm(const char* what, Algorithm requested, size_t bytes_per_rank, int world,

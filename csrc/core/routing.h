@@ -50,11 +50,17 @@ struct Routed {
 };
 
 // What decides the route of one call. Every field is the same on every rank.
+// The dtype and the layout decide nothing on the CPU: every dtype and layout
+// is pycomm's there (the front-end stages what is not contiguous, and
+// refuses, as gloo does, an op a dtype has no arithmetic for).
 struct RouteQuery {
   Collective collective = Collective::kAllReduce;
   bool cuda = false;       // a tensor is on a CUDA device
   bool sparse = false;     // a tensor is sparse or of another non-strided layout (gloo's)
-  bool native_op = true;   // the reduction is one pycomm runs (the bitwise ones are not)
+  bool native_op = true;   // the reduction is one pycomm maps (every c10d op of torch 2.14 but UNUSED)
+  DType dtype = DType::kFloat32;  // the core's element type (complex: its real component's)
+  ReduceOp op = ReduceOp::kSum;   // the reduction (collectives that reduce)
+  bool contiguous = true;  // every tensor is contiguous (the CUDA path stages none)
   int hosts = 1;           // hosts the group spans
   bool uniform = true;     // every host has the same number of ranks
   int local_size = 1;      // ranks on a host (on this rank's host; uniform: on every host)
@@ -65,6 +71,12 @@ struct RouteQuery {
 };
 
 Routed route(const RouteQuery& q);
+
+// The (dtype, op) pairs the CUDA all-reduce's kernels take: the eight dtypes
+// they were written for and the arithmetic ops (avg: floating types). Its
+// dispatch (csrc/cuda/all_reduce_dispatch.h) is checked against this in
+// csrc/cuda/tests/test_cuda_protocol.cpp; other CUDA tensors take the fallback.
+bool cuda_all_reduce_takes(DType dtype, ReduceOp op);
 
 const char* collective_name(Collective c);
 const char* plan_name(Plan p);

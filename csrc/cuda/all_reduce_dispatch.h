@@ -13,7 +13,7 @@
 namespace pycomm::cuda {
 
 // Calls f(T{}, R{}); false, without calling it, for an unsupported pair
-// (avg of integers, an unknown dtype or op).
+// (avg of integers, a dtype or op these kernels do not take).
 template <class F>
 bool dispatch_reduction(core::DType dtype, core::ReduceOp op, F&& f) {
   auto with_type = [&](auto type) -> bool {
@@ -30,6 +30,9 @@ bool dispatch_reduction(core::DType dtype, core::ReduceOp op, F&& f) {
       case core::ReduceOp::kMax: f(type, Reduction<MaxOp, false>{}); return true;
       case core::ReduceOp::kMin: f(type, Reduction<MinOp, false>{}); return true;
       case core::ReduceOp::kProduct: f(type, Reduction<ProductOp, false>{}); return true;
+      case core::ReduceOp::kBand:
+      case core::ReduceOp::kBor:
+      case core::ReduceOp::kBxor: return false;  // the fallback's (core::cuda_all_reduce_takes)
     }
     return false;
   };
@@ -42,6 +45,13 @@ bool dispatch_reduction(core::DType dtype, core::ReduceOp op, F&& f) {
     case core::DType::kUInt8: return with_type(uint8_t{});
     case core::DType::kInt32: return with_type(int32_t{});
     case core::DType::kInt64: return with_type(int64_t{});
+    // The host's kernels take these; CUDA tensors of them take the fallback
+    // (core::cuda_all_reduce_takes, which test_cuda_protocol.cpp holds to this).
+    case core::DType::kBool:
+    case core::DType::kInt16:
+    case core::DType::kUInt16:
+    case core::DType::kUInt32:
+    case core::DType::kUInt64: return false;
   }
   return false;
 }

@@ -5,6 +5,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <cstring>
 #include <iterator>
 #include <string>
 #include <type_traits>
@@ -98,18 +99,38 @@ bool enum_of(const char* name, int n, const char* (*name_of)(E), const char* wha
 PyObject* route(PyObject*, PyObject* args, PyObject* kwargs) {
   static const char* keywords[] = {"collective", "cuda", "sparse", "native_op", "hosts", "uniform",
                                    "local_size", "count", "bytes", "direct_max_bytes",
-                                   "leader_max_bytes", nullptr};
+                                   "leader_max_bytes", "dtype", "op", "contiguous", nullptr};
   const char* collective = nullptr;
-  int cuda = 0, sparse = 0, native_op = 1, uniform = 1;
+  const char* dtype = "float32";
+  const char* op = "sum";
+  int cuda = 0, sparse = 0, native_op = 1, uniform = 1, contiguous = 1;
   RouteQuery q;
   // Signed, so that a negative size is an error here rather than a huge one.
   long long count = 0, bytes = 0, direct_max = 0, leader_max = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "s|$pppipiLLLL:route", const_cast<char**>(keywords),
-                                   &collective, &cuda, &sparse, &native_op, &q.hosts, &uniform,
-                                   &q.local_size, &count, &bytes, &direct_max, &leader_max)) {
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "s|$pppipiLLLLssp:route",
+                                   const_cast<char**>(keywords), &collective, &cuda, &sparse,
+                                   &native_op, &q.hosts, &uniform, &q.local_size, &count, &bytes,
+                                   &direct_max, &leader_max, &dtype, &op, &contiguous)) {
     return nullptr;
   }
   if (!enum_of(collective, kCollectives, &collective_name, "collective", &q.collective)) return nullptr;
+  // dtype: a name of the core's reducible types (any other type routes as "opaque").
+  q.dtype = opaque_dtype(0, 1);
+  for (DType d : kReducibleDtypes) {
+    if (std::strcmp(dtype, dtype_name(d)) == 0) q.dtype = d;
+  }
+  if (is_opaque(q.dtype) && std::strcmp(dtype, "opaque") != 0) {
+    PyErr_Format(PyExc_ValueError, "dtype: unknown dtype '%s'; expected a reducible dtype's name "
+                 "or 'opaque'", dtype);
+    return nullptr;
+  }
+  if (!enum_of(op, int(ReduceOp::kBxor),
+               +[](ReduceOp o) -> const char* { return op_name(ReduceOp(uint32_t(o) + 1)); },
+               "op", &q.op)) {
+    return nullptr;
+  }
+  q.op = ReduceOp(uint32_t(q.op) + 1);  // ReduceOp counts from 1
+  q.contiguous = contiguous;
   if (q.hosts < 1 || q.local_size < 1) {
     PyErr_SetString(PyExc_ValueError, "hosts, local_size: expected at least 1");
     return nullptr;
@@ -163,7 +184,8 @@ PyMethodDef methods[] = {
     {"route", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(route)),
      METH_VARARGS | METH_KEYWORDS,
      "route(collective, *, cuda, sparse, native_op, hosts, uniform, local_size, count, bytes, "
-     "direct_max_bytes, leader_max_bytes) -> (plan, algorithm): the backend's routing rule "
+     "direct_max_bytes, leader_max_bytes, dtype, op, contiguous) -> (plan, algorithm): the "
+     "backend's routing rule "
      "(csrc/core/routing.h)."},
     {nullptr, nullptr, 0, nullptr},
 };

@@ -19,8 +19,8 @@ namespace pycomm::bucket {
 
 bool to_bucket_dtype(at::ScalarType t, core::DType* out) {
   // The one torch -> core dtype map (dtype_map.h), limited to floating types.
-  core::DType d;
-  if (!to_core_dtype(t, &d) || !core::is_floating(d)) return false;
+  const core::DType d = core_dtype(t);
+  if (!core::is_floating(d) || at::isComplexType(t)) return false;
   *out = d;
   return true;
 }

@@ -12,30 +12,55 @@
 
 namespace pycomm {
 
-// Returns false for a dtype the core cannot reduce.
-inline bool to_core_dtype(at::ScalarType t, core::DType* out) {
+// The core's element type of a torch dtype; every dtype has one, so no call
+// is refused for its dtype alone (the one place dtypes are dispatched):
+// - the core's arithmetic types by name (bool too: gloo's byte arithmetic);
+// - complex dtypes as their real component: the front-end hands the plans
+//   complex tensors viewed as pairs of reals (real_view below), as
+//   torch.distributed itself does for all_reduce, broadcast and all_gather;
+// - every other dtype (float8, float4, bits, sub-byte integers, quantized,
+//   what torch adds later) opaque: moved by its bytes, never reduced, and
+//   tagged with its ScalarType so that ranks of different dtypes mismatch.
+inline core::DType core_dtype(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: *out = core::DType::kFloat32; return true;
-    case at::kDouble: *out = core::DType::kFloat64; return true;
-    case at::kHalf: *out = core::DType::kFloat16; return true;
-    case at::kBFloat16: *out = core::DType::kBFloat16; return true;
-    case at::kChar: *out = core::DType::kInt8; return true;
-    case at::kByte: *out = core::DType::kUInt8; return true;
-    case at::kInt: *out = core::DType::kInt32; return true;
-    case at::kLong: *out = core::DType::kInt64; return true;
-    default: return false;
+    case at::kFloat: return core::DType::kFloat32;
+    case at::kDouble: return core::DType::kFloat64;
+    case at::kHalf: return core::DType::kFloat16;
+    case at::kBFloat16: return core::DType::kBFloat16;
+    case at::kChar: return core::DType::kInt8;
+    case at::kByte: return core::DType::kUInt8;
+    case at::kShort: return core::DType::kInt16;
+    case at::kInt: return core::DType::kInt32;
+    case at::kLong: return core::DType::kInt64;
+    case at::kBool: return core::DType::kBool;
+    case at::kUInt16: return core::DType::kUInt16;
+    case at::kUInt32: return core::DType::kUInt32;
+    case at::kUInt64: return core::DType::kUInt64;
+    default: break;
   }
+  if (at::isComplexType(t)) return core_dtype(c10::toRealValueType(t));
+  return core::opaque_dtype(uint32_t(t), c10::elementSize(t));
 }
 
-// The core's dtype of a tensor whose dtype was checked already (tensor_checks.h).
-inline core::DType dtype_of(const at::Tensor& t) {
-  core::DType d = core::DType::kFloat32;
-  TORCH_CHECK(to_core_dtype(t.scalar_type(), &d), "pycomm: unchecked dtype ", t.scalar_type());
-  return d;
+// The core's dtype of a tensor a plan is given (real_view: never complex).
+inline core::DType dtype_of(const at::Tensor& t) { return core_dtype(t.scalar_type()); }
+
+// A contiguous tensor as the plans take it: 1-D, and complex viewed as pairs
+// of reals. A 1-D real tensor (DDP's buckets) is its own: a view is an op
+// through torch's dispatcher, microseconds on a small message's path.
+inline at::Tensor real_view(const at::Tensor& t) {
+  // An empty tensor may keep any strides, which view_as_real and view(dtype) refuse.
+  if (t.numel() == 0 && (t.dim() != 1 || t.is_complex())) {
+    return at::empty({0}, t.options().dtype(c10::toRealValueType(t.scalar_type())));
+  }
+  if (t.is_complex()) return at::view_as_real(t).reshape({-1});
+  return t.dim() == 1 ? t : t.reshape({-1});
 }
 
-inline constexpr const char* kSupportedDtypes =
-    "float32, float64, float16, bfloat16, int8, uint8, int32, int64";
+// torch's name of a dtype, as Python prints it ("float8_e4m3fn", "complex64").
+inline std::string torch_dtype_name(at::ScalarType t) {
+  return "torch." + std::string(c10::getDtypeNames(t).first);
+}
 
 // A name of core::kReduceOps (pycomm.all_reduce's op="sum", ...).
 inline bool to_core_op(const std::string& s, core::ReduceOp* out) {
@@ -49,7 +74,7 @@ inline bool to_core_op(const std::string& s, core::ReduceOp* out) {
 }
 
 // c10d's ReduceOp. PREMUL_SUM becomes a sum of inputs scaled first (*premul
-// set); the bitwise ops are not pycomm's (false: the backend forwards them).
+// set); false for an op pycomm does not know (the backend forwards it).
 inline bool to_core_op(const c10d::ReduceOp& op, core::ReduceOp* out, bool* premul) {
   *premul = false;
   switch (op.op_) {
@@ -58,6 +83,9 @@ inline bool to_core_op(const c10d::ReduceOp& op, core::ReduceOp* out, bool* prem
     case c10d::ReduceOp::PRODUCT: *out = core::ReduceOp::kProduct; return true;
     case c10d::ReduceOp::MIN: *out = core::ReduceOp::kMin; return true;
     case c10d::ReduceOp::MAX: *out = core::ReduceOp::kMax; return true;
+    case c10d::ReduceOp::BAND: *out = core::ReduceOp::kBand; return true;
+    case c10d::ReduceOp::BOR: *out = core::ReduceOp::kBor; return true;
+    case c10d::ReduceOp::BXOR: *out = core::ReduceOp::kBxor; return true;
     case c10d::ReduceOp::PREMUL_SUM:
       *out = core::ReduceOp::kSum;
       *premul = true;

@@ -2,8 +2,12 @@
 
 #include <c10/util/Exception.h>
 
+#include <mutex>
+#include <optional>
+
 #include "cuda_path.h"
 #include "dtype_map.h"
+#include "staged_tensor.h"
 #include "tensor_checks.h"
 #include "torch_compat.h"
 
@@ -35,7 +39,15 @@ class Work : public c10d::Work {
 void note(Backend::Where& w, const at::Tensor& t) {
   if (!t.defined()) return;
   w.cuda |= t.is_cuda();
-  w.sparse |= t.layout() != at::kStrided;
+  if (t.layout() != at::kStrided) {
+    w.sparse = true;
+    return;
+  }
+  w.contiguous = w.contiguous && t.is_contiguous() && !t.is_conj() && !t.is_neg();
+  if (!w.typed) {
+    w.dtype = t.scalar_type();
+    w.typed = true;
+  }
 }
 void note(Backend::Where& w, const std::vector<at::Tensor>& ts) {
   for (const auto& t : ts) note(w, t);
@@ -50,29 +62,22 @@ Backend::Where where_of(const Args&... args) {
   return w;
 }
 
-// The 1-D view of a contiguous tensor: the shape every plan works on. A 1-D
-// tensor (DDP's buckets) is its own: a view is an op through torch's
-// dispatcher, microseconds on a small message's path.
-at::Tensor flat(const at::Tensor& t) { return t.dim() == 1 ? t : t.reshape({-1}); }
+using Use = StagedTensor::Use;
 
-std::vector<at::Tensor> flat_each(const std::vector<at::Tensor>& ts) {
-  std::vector<at::Tensor> out;
-  out.reserve(ts.size());
-  for (const auto& t : ts) out.push_back(flat(t));
-  return out;
-}
-
-// all_to_all_single's blocks of `t`: by split sizes in rows of dim 0, or
-// (none given) equal blocks of whole rows.
-Blocks blocks_of(const at::Tensor& t, const std::vector<int64_t>& splits, int world, const char* arg) {
+// all_to_all_single's blocks of the staged tensor `s`: by split sizes in rows
+// of dim 0, or (none given) equal blocks of whole rows. Counts are in the
+// plan's elements (a complex element is two reals).
+Blocks blocks_of(const StagedTensor& s, const std::vector<int64_t>& splits, int world, const char* arg) {
+  const at::Tensor& t = s.user();
   Blocks b;
-  b.tensors = {t};
+  b.tensors = {s.flat()};
   b.counts.resize(static_cast<size_t>(world));
   const int64_t row = t.dim() == 0 || t.size(0) == 0 ? 0 : t.numel() / t.size(0);
   if (splits.empty()) {
     // As torch documents it (and gloo checks it).
-    TORCH_CHECK_VALUE(t.dim() > 0 && t.size(0) % world == 0, arg, ": dim 0 of size ",
-                      t.dim() > 0 ? t.size(0) : 0, " does not split evenly over ", world, " ranks");
+    TORCH_CHECK_VALUE(t.dim() > 0, arg, ": a 0-d tensor has no dim 0 to split over ", world, " ranks");
+    TORCH_CHECK_VALUE(t.size(0) % world == 0, arg, ": dim 0 of size ", t.size(0),
+                      " does not split evenly over ", world, " ranks");
     for (auto& c : b.counts) c = t.size(0) / world * row;
   } else {
     TORCH_CHECK_VALUE(int64_t(splits.size()) == world, arg, "_split_sizes: expected ", world,
@@ -86,32 +91,26 @@ Blocks blocks_of(const at::Tensor& t, const std::vector<int64_t>& splits, int wo
     TORCH_CHECK_VALUE(t.dim() > 0 && rows == t.size(0), arg, "_split_sizes: they add up to ", rows,
                       " rows, the tensor has ", t.dim() > 0 ? t.size(0) : 0);
   }
-  char* base = static_cast<char*>(t.data_ptr());
+  const int64_t lanes = t.is_complex() ? 2 : 1;
+  char* base = static_cast<char*>(s.flat().data_ptr());
   int64_t offset = 0;
-  for (int64_t c : b.counts) {
+  for (int64_t& c : b.counts) {
     b.data.push_back(base + offset * int64_t(t.element_size()));
     offset += c;
+    c *= lanes;
   }
   return b;
 }
 
 // The list form's blocks: one tensor each.
-Blocks blocks_of(const std::vector<at::Tensor>& ts) {
+Blocks blocks_of(const std::vector<StagedTensor>& ts) {
   Blocks b;
-  b.tensors = ts;
-  for (const auto& t : ts) {
-    b.data.push_back(t.data_ptr());
-    b.counts.push_back(t.numel());
+  for (const auto& s : ts) {
+    b.tensors.push_back(s.flat());
+    b.data.push_back(s.flat().data_ptr());
+    b.counts.push_back(s.flat().numel());
   }
   return b;
-}
-
-// gather and scatter went to gloo before pycomm ran them, and gloo moves dtypes
-// pycomm does not (bool, complex): those still go there. (The other
-// collectives raise a TypeError naming the dtype, as they always have.)
-bool runs_dtype(const std::vector<at::Tensor>& ts) {
-  core::DType d;
-  return ts.size() == 1 && ts[0].defined() && to_core_dtype(ts[0].scalar_type(), &d);
 }
 
 void check_root(int64_t root, int size, const char* arg) {
@@ -161,12 +160,17 @@ Backend::Reduction Backend::reduction_of(const c10d::ReduceOp& op) {
   return r;
 }
 
-core::Plan Backend::plan_of(core::Collective c, Where w, bool native_op) const {
+core::Plan Backend::plan_of(core::Collective c, Where w) const { return plan_of(c, w, Reduction()); }
+
+core::Plan Backend::plan_of(core::Collective c, Where w, const Reduction& red) const {
   core::RouteQuery q = plan_->route_query();
   q.collective = c;
   q.cuda = w.cuda;
   q.sparse = w.sparse;
-  q.native_op = native_op;
+  q.native_op = red.native;
+  q.dtype = core_dtype(w.dtype);
+  q.op = red.op;
+  q.contiguous = w.contiguous;
   return core::route(q).plan;
 }
 
@@ -215,7 +219,7 @@ c10::intrusive_ptr<c10d::Work> Backend::allreduce(std::vector<at::Tensor>& tenso
                                                   const c10d::AllreduceOptions& opts) {
   ++sequence_;
   const Reduction red = reduction_of(opts.reduceOp);
-  const core::Plan plan = plan_of(core::Collective::kAllReduce, where_of(tensors), red.native);
+  const core::Plan plan = plan_of(core::Collective::kAllReduce, where_of(tensors), red);
   if (plan == core::Plan::kFallback) return fallback().allreduce(tensors, opts);
   single_tensor(tensors, "tensor");
   return all_reduce(tensors, red, plan, opts.asyncOp);
@@ -225,7 +229,7 @@ c10::intrusive_ptr<c10d::Work> Backend::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
   ++sequence_;
   const Reduction red = reduction_of(opts.reduceOp);
-  const core::Plan plan = plan_of(core::Collective::kAllReduce, where_of(tensors), red.native);
+  const core::Plan plan = plan_of(core::Collective::kAllReduce, where_of(tensors), red);
   if (plan == core::Plan::kFallback) return fallback().allreduce_coalesced(tensors, opts);
   return all_reduce(tensors, red, plan, opts.asyncOp);
 }
@@ -234,13 +238,20 @@ c10::intrusive_ptr<c10d::Work> Backend::all_reduce(std::vector<at::Tensor>& tens
                                                    const Reduction& red, core::Plan plan,
                                                    bool async_op) {
   if (plan == core::Plan::kCuda) return cuda_all_reduce(tensors, red, async_op);
-  for (const auto& t : tensors) check_op_for_dtype(red.op, red.premul, check_tensor(t, "tensor"));
+  for (const auto& t : tensors) {
+    check_tensor(t, "tensor");
+    check_op_for_dtype(red.op, red.premul, t.scalar_type(), "tensor");
+    check_writable(t, "tensor");
+  }
   Job job;
   job.outputs = tensors;
-  job.body = [plan = plan_, flats = flat_each(tensors), red](const core::Context& ctx) {
-    for (const auto& t : flats) {
+  job.body = [plan = plan_, ts = staged_each(tensors, Use::kInOut), red](const core::Context& ctx) {
+    for (const auto& s : ts) {
+      s.copy_in();
+      const at::Tensor& t = s.flat();
       if (red.premul) t.mul_(red.factor);
       plan->all_reduce(ctx, t, red.op);
+      s.copy_out();
     }
   };
   return launch(c10d::OpType::ALLREDUCE, std::move(job), async_op);
@@ -250,13 +261,17 @@ c10::intrusive_ptr<c10d::Work> Backend::cuda_all_reduce(std::vector<at::Tensor>&
                                                         const Reduction& red, bool async_op) {
   std::vector<Job> parts;
   for (auto& t : tensors) {
+    // The routing table sent only contiguous tensors of dtypes the kernels
+    // take here (core::cuda_all_reduce_takes); complex ones as pairs of reals.
     core::AllReduceArgs a;
-    a.dtype = check_tensor(t, "tensor", /*cuda_ok=*/true);
-    check_op_for_dtype(red.op, red.premul, a.dtype);
+    check_tensor(t, "tensor", /*cuda_ok=*/true);
+    check_op_for_dtype(red.op, red.premul, t.scalar_type(), "tensor");
     // On the caller's stream, before the job records where the kernel may start.
     if (red.premul) t.mul_(red.factor);
-    a.data = t.data_ptr();
-    a.count = size_t(t.numel());
+    const at::Tensor real = real_view(t);
+    a.dtype = dtype_of(real);
+    a.data = real.data_ptr();
+    a.count = size_t(real.numel());
     a.op = red.op;
     parts.push_back(cuda_all_reduce_job(*comm_, t, "tensor", a));
   }
@@ -280,10 +295,15 @@ c10::intrusive_ptr<c10d::Work> Backend::broadcast(std::vector<at::Tensor>& tenso
   const at::Tensor& t = single_tensor(tensors, "tensor");
   check_tensor(t, "tensor");
   check_root(opts.rootRank, getSize(), "src");
+  const bool is_root = opts.rootRank == getRank();
+  if (!is_root) check_writable(t, "tensor");
   Job job;
   job.outputs = tensors;
-  job.body = [plan = plan_, t = flat(t), root = int(opts.rootRank)](const core::Context& ctx) {
-    plan->broadcast(ctx, t, root);
+  job.body = [plan = plan_, s = StagedTensor(t, is_root ? Use::kIn : Use::kOut),
+              root = int(opts.rootRank)](const core::Context& ctx) {
+    s.copy_in();
+    plan->broadcast(ctx, s.flat(), root);
+    s.copy_out();
   };
   return launch(c10d::OpType::BROADCAST, std::move(job), opts.asyncOp);
 }
@@ -292,19 +312,28 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce(std::vector<at::Tensor>& tensors,
                                                const c10d::ReduceOptions& opts) {
   ++sequence_;
   const Reduction red = reduction_of(opts.reduceOp);
-  if (plan_of(core::Collective::kReduce, where_of(tensors), red.native) == core::Plan::kFallback) {
+  if (plan_of(core::Collective::kReduce, where_of(tensors), red) == core::Plan::kFallback) {
     return fallback().reduce(tensors, opts);
   }
   const at::Tensor& t = single_tensor(tensors, "tensor");
-  check_op_for_dtype(red.op, red.premul, check_tensor(t, "tensor"));
+  check_tensor(t, "tensor");
+  check_op_for_dtype(red.op, red.premul, t.scalar_type(), "tensor");
   check_root(opts.rootRank, getSize(), "dst");
   const int root = int(opts.rootRank);
+  if (root == getRank()) check_writable(t, "tensor");
   Job job;
   job.outputs = tensors;
-  job.body = [plan = plan_, t = flat(t), red, root, rank = getRank()](const core::Context& ctx) {
-    // The root's tensor is the output; the others' are not to be written.
-    const at::Tensor in = !red.premul ? t : root == rank ? t.mul_(red.factor) : t.mul(red.factor);
+  job.body = [plan = plan_, s = StagedTensor(t, root == getRank() ? Use::kInOut : Use::kIn), red,
+              root, rank = getRank()](const core::Context& ctx) {
+    s.copy_in();
+    // The root's tensor is the output; the others' are not to be written
+    // (a staging buffer is pycomm's own).
+    const at::Tensor& t = s.flat();
+    const at::Tensor in = !red.premul                     ? t
+                          : root == rank || s.staged() ? t.mul_(red.factor)
+                                                          : t.mul(red.factor);
     plan->reduce(ctx, in, red.op, root);
+    s.copy_out();
   };
   return launch(c10d::OpType::REDUCE, std::move(job), opts.asyncOp);
 }
@@ -339,8 +368,11 @@ c10::intrusive_ptr<c10d::Work> Backend::all_gather_tensors(std::vector<at::Tenso
   check_all_gather_pairs(outputs, inputs, getSize());
   Job job;
   job.outputs = outputs;
-  job.body = [plan = plan_, ins = flat_each(inputs), outs = flat_each(outputs)](const core::Context& ctx) {
-    for (size_t i = 0; i < ins.size(); ++i) plan->all_gather(ctx, ins[i], outs[i]);
+  job.body = [plan = plan_, ins = staged_each(inputs, Use::kIn),
+              outs = staged_each(outputs, Use::kOut)](const core::Context& ctx) {
+    copy_in(ins);
+    for (size_t i = 0; i < ins.size(); ++i) plan->all_gather(ctx, ins[i].flat(), outs[i].flat());
+    copy_out(outs);
   };
   return launch(c10d::OpType::_ALLGATHER_BASE, std::move(job), async_op);
 }
@@ -382,18 +414,26 @@ c10::intrusive_ptr<c10d::Work> Backend::all_gather_lists(
     c10d::OpType type, bool async_op) {
   check_all_gather_lists(outputs, inputs, getSize());
   std::vector<at::Tensor> all_outputs;
-  for (const auto& list : outputs) all_outputs.insert(all_outputs.end(), list.begin(), list.end());
+  std::vector<std::vector<StagedTensor>> outs;
+  for (const auto& list : outputs) {
+    all_outputs.insert(all_outputs.end(), list.begin(), list.end());
+    outs.push_back(staged_each(list, Use::kOut));
+  }
   Job job;
   job.outputs = all_outputs;
-  job.body = [plan = plan_, ins = flat_each(inputs), outputs, world = getSize()](const core::Context& ctx) {
+  job.body = [plan = plan_, ins = staged_each(inputs, Use::kIn), outs,
+              world = getSize()](const core::Context& ctx) {
     // The list form gathers into one buffer, then copies out.
+    copy_in(ins);
     for (size_t i = 0; i < ins.size(); ++i) {
-      const int64_t n = ins[i].numel();
-      at::Tensor gathered = at::empty({n * world}, ins[i].options());
-      plan->all_gather(ctx, ins[i], gathered);
-      for (size_t r = 0; r < outputs[i].size(); ++r) {
-        outputs[i][r].view({-1}).copy_(gathered.narrow(0, int64_t(r) * n, n));
+      const at::Tensor& in = ins[i].flat();
+      const int64_t n = in.numel();
+      at::Tensor gathered = at::empty({n * world}, in.options());
+      plan->all_gather(ctx, in, gathered);
+      for (size_t r = 0; r < outs[i].size(); ++r) {
+        copy_bits(outs[i][r].flat(), gathered.narrow(0, int64_t(r) * n, n));
       }
+      copy_out(outs[i]);
     }
   };
   return launch(type, std::move(job), async_op);
@@ -405,7 +445,7 @@ c10::intrusive_ptr<c10d::Work> Backend::_reduce_scatter_base(at::Tensor& output,
                                                              const c10d::ReduceScatterOptions& opts) {
   ++sequence_;
   const Reduction red = reduction_of(opts.reduceOp);
-  if (plan_of(core::Collective::kReduceScatter, where_of(output, input), red.native) ==
+  if (plan_of(core::Collective::kReduceScatter, where_of(output, input), red) ==
       core::Plan::kFallback) {
     return fallback()._reduce_scatter_base(output, input, opts);
   }
@@ -418,7 +458,7 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter_tensor_coalesced(
     const c10d::ReduceScatterOptions& opts) {
   ++sequence_;
   const Reduction red = reduction_of(opts.reduceOp);
-  if (plan_of(core::Collective::kReduceScatter, where_of(outputs, inputs), red.native) ==
+  if (plan_of(core::Collective::kReduceScatter, where_of(outputs, inputs), red) ==
       core::Plan::kFallback) {
     return fallback().reduce_scatter_tensor_coalesced(outputs, inputs, opts);
   }
@@ -431,11 +471,15 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter_tensors(std::vector<at::T
   check_reduce_scatter_pairs(outputs, inputs, getSize(), red.op, red.premul);
   Job job;
   job.outputs = outputs;
-  job.body = [plan = plan_, ins = flat_each(inputs), outs = flat_each(outputs), red](const core::Context& ctx) {
+  job.body = [plan = plan_, ins = staged_each(inputs, Use::kIn), outs = staged_each(outputs, Use::kOut),
+              red](const core::Context& ctx) {
+    copy_in(ins);
     for (size_t i = 0; i < ins.size(); ++i) {
       // The input is not ours to scale in place.
-      plan->reduce_scatter(ctx, red.premul ? ins[i].mul(red.factor) : ins[i], outs[i], red.op);
+      const at::Tensor& in = ins[i].flat();
+      plan->reduce_scatter(ctx, red.premul ? in.mul(red.factor) : in, outs[i].flat(), red.op);
     }
+    copy_out(outs);
   };
   return launch(c10d::OpType::_REDUCE_SCATTER_BASE, std::move(job), async_op);
 }
@@ -445,19 +489,22 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter(std::vector<at::Tensor>& 
                                                        const c10d::ReduceScatterOptions& opts) {
   ++sequence_;
   const Reduction red = reduction_of(opts.reduceOp);
-  if (plan_of(core::Collective::kReduceScatter, where_of(outputs, inputs), red.native) ==
+  if (plan_of(core::Collective::kReduceScatter, where_of(outputs, inputs), red) ==
       core::Plan::kFallback) {
     return fallback().reduce_scatter(outputs, inputs, opts);
   }
   check_reduce_scatter_list(outputs, inputs, getSize(), red.op, red.premul);
   Job job;
   job.outputs = outputs;
-  job.body = [plan = plan_, out = flat(outputs[0]), list = inputs[0], red](const core::Context& ctx) {
+  job.body = [plan = plan_, out = StagedTensor(outputs[0], Use::kOut),
+              list = staged_each(inputs[0], Use::kIn), red](const core::Context& ctx) {
     // The list form reduces from one buffer: the inputs, concatenated here on
     // the worker, in call order (an earlier queued collective may write them).
-    at::Tensor in = at::cat(flat_each(list));
+    copy_in(list);
+    at::Tensor in = at::cat(flats_of(list));
     if (red.premul) in.mul_(red.factor);
-    plan->reduce_scatter(ctx, in, out, red.op);
+    plan->reduce_scatter(ctx, in, out.flat(), red.op);
+    out.copy_out();
   };
   return launch(c10d::OpType::REDUCE_SCATTER, std::move(job), opts.asyncOp);
 }
@@ -474,11 +521,12 @@ c10::intrusive_ptr<c10d::Work> Backend::alltoall_base(at::Tensor& output, at::Te
     return fallback().alltoall_base(output, input, output_split_sizes, input_split_sizes, opts);
   }
   check_all_to_all_single(output, input);
+  std::vector<StagedTensor> ins{StagedTensor(input, Use::kIn)}, outs{StagedTensor(output, Use::kOut)};
   // The input's splits are checked first, on every compiler.
-  Blocks send = blocks_of(input, input_split_sizes, getSize(), "input");
-  Blocks recv = blocks_of(output, output_split_sizes, getSize(), "output");
+  Blocks send = blocks_of(ins[0], input_split_sizes, getSize(), "input");
+  Blocks recv = blocks_of(outs[0], output_split_sizes, getSize(), "output");
   return all_to_all(c10d::OpType::ALLTOALL_BASE, {output}, std::move(send), std::move(recv),
-                    opts.asyncOp);
+                    std::move(ins), std::move(outs), opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::alltoall(std::vector<at::Tensor>& outputs,
@@ -490,16 +538,23 @@ c10::intrusive_ptr<c10d::Work> Backend::alltoall(std::vector<at::Tensor>& output
     return fallback().alltoall(outputs, inputs, opts);
   }
   check_all_to_all_lists(outputs, inputs, getSize());
-  return all_to_all(c10d::OpType::ALLTOALL, outputs, blocks_of(inputs), blocks_of(outputs),
-                    opts.asyncOp);
+  std::vector<StagedTensor> ins = staged_each(inputs, Use::kIn), outs = staged_each(outputs, Use::kOut);
+  Blocks send = blocks_of(ins), recv = blocks_of(outs);
+  return all_to_all(c10d::OpType::ALLTOALL, outputs, std::move(send), std::move(recv),
+                    std::move(ins), std::move(outs), opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::all_to_all(c10d::OpType type, std::vector<at::Tensor> outputs,
-                                                   Blocks send, Blocks recv, bool async_op) {
+                                                   Blocks send, Blocks recv,
+                                                   std::vector<StagedTensor> ins,
+                                                   std::vector<StagedTensor> outs, bool async_op) {
   Job job;
   job.outputs = std::move(outputs);
-  job.body = [plan = plan_, send = std::move(send), recv = std::move(recv)](const core::Context& ctx) {
+  job.body = [plan = plan_, send = std::move(send), recv = std::move(recv), ins = std::move(ins),
+              outs = std::move(outs)](const core::Context& ctx) {
+    copy_in(ins);
     plan->all_to_all(ctx, send, recv);
+    copy_out(outs);
   };
   return launch(type, std::move(job), async_op);
 }
@@ -517,12 +572,11 @@ c10::intrusive_ptr<c10d::Work> Backend::gather(std::vector<std::vector<at::Tenso
                                                std::vector<at::Tensor>& inputs,
                                                const c10d::GatherOptions& opts) {
   ++sequence_;
-  if (plan_of(core::Collective::kGather, where_of(outputs, inputs)) == core::Plan::kFallback ||
-      !runs_dtype(inputs)) {
+  if (plan_of(core::Collective::kGather, where_of(outputs, inputs)) == core::Plan::kFallback) {
     return fallback().gather(outputs, inputs, opts);
   }
   const at::Tensor& in = single_tensor(inputs, "tensor");
-  const core::DType dtype = check_tensor(in, "tensor");
+  check_tensor(in, "tensor");
   check_root(opts.rootRank, getSize(), "dst");
   const int root = int(opts.rootRank);
   const bool is_root = root == getRank();
@@ -533,21 +587,28 @@ c10::intrusive_ptr<c10d::Work> Backend::gather(std::vector<std::vector<at::Tenso
     list = outputs[0];
     TORCH_CHECK_VALUE(int64_t(list.size()) == getSize(), "gather_list: expected ", getSize(),
                       " tensors (the world size), got ", list.size());
-    for (const auto& o : list) check_like(o, "gather_list[i]", dtype, in.numel(), "tensor");
+    for (const auto& o : list) {
+      check_like(o, "gather_list[i]", in.scalar_type(), in.numel(), "tensor");
+      check_writable(o, "gather_list[i]");
+    }
   } else {
     TORCH_CHECK_VALUE(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
                       "gather_list: only the destination rank (dst=", root, ") takes one");
   }
   Job job;
   job.outputs = list;
-  job.body = [plan = plan_, in = flat(in), list, root, world = getSize()](const core::Context& ctx) {
+  job.body = [plan = plan_, in = StagedTensor(in, Use::kIn), outs = staged_each(list, Use::kOut),
+              root, world = getSize()](const core::Context& ctx) {
     // The list gathers into one buffer on the root, then copies out.
-    const int64_t n = in.numel();
-    const at::Tensor gathered = list.empty() ? at::Tensor() : at::empty({n * world}, in.options());
-    plan->gather(ctx, in, gathered, root);
-    for (size_t r = 0; r < list.size(); ++r) {
-      list[r].view({-1}).copy_(gathered.narrow(0, int64_t(r) * n, n));
+    in.copy_in();
+    const int64_t n = in.flat().numel();
+    const at::Tensor gathered =
+        outs.empty() ? at::Tensor() : at::empty({n * world}, in.flat().options());
+    plan->gather(ctx, in.flat(), gathered, root);
+    for (size_t r = 0; r < outs.size(); ++r) {
+      copy_bits(outs[r].flat(), gathered.narrow(0, int64_t(r) * n, n));
     }
+    copy_out(outs);
   };
   return launch(c10d::OpType::GATHER, std::move(job), opts.asyncOp);
 }
@@ -556,12 +617,12 @@ c10::intrusive_ptr<c10d::Work> Backend::scatter(std::vector<at::Tensor>& outputs
                                                 std::vector<std::vector<at::Tensor>>& inputs,
                                                 const c10d::ScatterOptions& opts) {
   ++sequence_;
-  if (plan_of(core::Collective::kScatter, where_of(outputs, inputs)) == core::Plan::kFallback ||
-      !runs_dtype(outputs)) {
+  if (plan_of(core::Collective::kScatter, where_of(outputs, inputs)) == core::Plan::kFallback) {
     return fallback().scatter(outputs, inputs, opts);
   }
   const at::Tensor& out = single_tensor(outputs, "tensor");
-  const core::DType dtype = check_tensor(out, "tensor");
+  check_tensor(out, "tensor");
+  check_writable(out, "tensor");
   check_root(opts.rootRank, getSize(), "src");
   const int root = int(opts.rootRank);
   std::vector<at::Tensor> list;
@@ -570,18 +631,21 @@ c10::intrusive_ptr<c10d::Work> Backend::scatter(std::vector<at::Tensor>& outputs
     list = inputs[0];
     TORCH_CHECK_VALUE(int64_t(list.size()) == getSize(), "scatter_list: expected ", getSize(),
                       " tensors (the world size), got ", list.size());
-    for (const auto& t : list) check_like(t, "scatter_list[i]", dtype, out.numel(), "tensor");
+    for (const auto& t : list) check_like(t, "scatter_list[i]", out.scalar_type(), out.numel(), "tensor");
   } else {
     TORCH_CHECK_VALUE(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
                       "scatter_list: only the source rank (src=", root, ") takes one");
   }
   Job job;
   job.outputs = outputs;
-  job.body = [plan = plan_, out = flat(out), list, root](const core::Context& ctx) {
+  job.body = [plan = plan_, out = StagedTensor(out, Use::kOut), list = staged_each(list, Use::kIn),
+              root](const core::Context& ctx) {
     // The root's list scatters from one buffer, concatenated here on the
     // worker, in call order (an earlier queued collective may write the list).
-    const at::Tensor packed = list.empty() ? at::Tensor() : at::cat(flat_each(list));
-    plan->scatter(ctx, packed, out, root);
+    copy_in(list);
+    const at::Tensor packed = list.empty() ? at::Tensor() : at::cat(flats_of(list));
+    plan->scatter(ctx, packed, out.flat(), root);
+    out.copy_out();
   };
   return launch(c10d::OpType::SCATTER, std::move(job), opts.asyncOp);
 }
@@ -598,9 +662,28 @@ namespace {
 // getFuture().
 class P2PCompletion {
  public:
-  explicit P2PCompletion(std::vector<at::Tensor> tensors) : tensors_(std::move(tensors)) {}
+  // `staged`: a receive into a tensor that is not contiguous, written back
+  // through the caller's view before anyone sees the operation complete.
+  P2PCompletion(std::vector<at::Tensor> tensors, std::optional<StagedTensor> staged)
+      : tensors_(std::move(tensors)), staged_(std::move(staged)) {}
 
   const std::vector<at::Tensor>& tensors() const { return tensors_; }
+
+  // Once, by whichever comes first after the engine finished the operation:
+  // its on_done, a wait() or an is_completed() (the engine marks an operation
+  // finished before it runs on_done, outside its lock). Later callers wait
+  // for the first. Returns the copy's error, if any.
+  std::exception_ptr copy_out() {
+    if (!staged_) return nullptr;
+    std::call_once(copied_, [this] {
+      try {
+        staged_->copy_out();
+      } catch (...) {
+        copy_error_ = std::current_exception();
+      }
+    });
+    return copy_error_;
+  }
 
   void complete(std::exception_ptr error) {
     c10::intrusive_ptr<c10::ivalue::Future> future;
@@ -639,6 +722,9 @@ class P2PCompletion {
   }
 
   const std::vector<at::Tensor> tensors_;
+  const std::optional<StagedTensor> staged_;
+  std::once_flag copied_;
+  std::exception_ptr copy_error_;  // written inside copied_'s call, read after it
   std::mutex mu_;
   bool done_ = false;           // under mu_; error_ is written before it and read after
   std::exception_ptr error_;
@@ -658,15 +744,19 @@ class P2PWork : public c10d::Work {
 
   // Someone polls instead of waiting: the helper drives it meanwhile.
   bool isCompleted() override {
-    if (op_->done()) return true;
-    comm_->p2p().help(op_);
-    return op_->done();
+    if (!op_->done()) {
+      comm_->p2p().help(op_);
+      if (!op_->done()) return false;
+    }
+    completion_->copy_out();
+    return true;
   }
   bool isSuccess() const override { return op_->done() && !op_->error(); }
   std::exception_ptr exception() const override { return op_->error(); }
   // The engine's deadline (posted + the group's timeout) bounds the wait.
   bool wait(std::chrono::milliseconds /*timeout*/) override {
     comm_->p2p().wait(op_);
+    if (std::exception_ptr e = completion_->copy_out()) std::rethrow_exception(e);
     return true;
   }
   // Whoever waits on the Future does not drive the engine: the helper does.
@@ -690,10 +780,18 @@ c10::intrusive_ptr<c10d::Work> Backend::point_to_point(core::P2POp::Kind kind,
                                                        std::vector<at::Tensor>& tensors, int peer,
                                                        int tag) {
   const bool sends = kind == core::P2POp::Kind::kSend;
-  const char* what = sends ? "send" : "recv";
   const at::Tensor& t = single_tensor(tensors, "tensor");
-  // Bytes move as they are, so every dtype goes, bool and complex included.
-  TORCH_CHECK_VALUE(t.is_contiguous(), what, ": tensor must be contiguous, got strides ", t.strides());
+  // Bytes move as they are, so every dtype goes. A tensor that is not
+  // contiguous is staged: a send's copy is made now (a send reads its tensor
+  // when posted, as far as the caller can tell), a receive's written back
+  // through the caller's view before the operation completes.
+  check_tensor(t, "tensor");
+  if (!sends) check_writable(t, "tensor");
+  std::optional<StagedTensor> staged;
+  if (StagedTensor::needed(t)) {
+    staged.emplace(t, sends ? Use::kIn : Use::kOut);
+    staged->copy_in();
+  }
   if (peer != core::P2POp::kAnySource) {
     TORCH_CHECK_VALUE(peer >= 0 && peer < getSize() && peer != getRank(), sends ? "dst" : "src",
                       ": rank ", peer, " is not a peer of rank ", getRank(), " in this group of ",
@@ -703,12 +801,17 @@ c10::intrusive_ptr<c10d::Work> Backend::point_to_point(core::P2POp::Kind kind,
   op->kind = kind;
   op->peer = peer;
   op->tag = tag;
-  op->data = static_cast<char*>(t.data_ptr());
+  op->data = static_cast<char*>(staged ? staged->flat().data_ptr() : t.data_ptr());
   op->bytes = t.nbytes();
   op->type = uint32_t(t.scalar_type());
   // It holds the tensors until the operation completes, even if the Work is dropped.
-  auto completion = std::make_shared<P2PCompletion>(tensors);
-  op->on_done = [completion](const core::P2POp& o) { completion->complete(o.error()); };
+  // (A send's staging buffer is held by the completion too: the engine reads it until done.)
+  auto completion = std::make_shared<P2PCompletion>(tensors, std::move(staged));
+  op->on_done = [completion](const core::P2POp& o) {
+    std::exception_ptr error = o.error();
+    if (!error) error = completion->copy_out();
+    completion->complete(error);
+  };
   comm_->p2p().post(op);
   return c10::make_intrusive<P2PWork>(getRank(), sends ? c10d::OpType::SEND : c10d::OpType::RECV, comm_,
                                       std::move(op), std::move(completion));

@@ -11,10 +11,13 @@
 // tensor, coalesced), reduce_scatter (list, tensor, coalesced), alltoall
 // (single with even or uneven splits, list), barrier, and on one host gather
 // and scatter, send/recv (the communicator's point-to-point engine, beside its
-// queue rather than in it); ops SUM, AVG, MIN, MAX, PRODUCT, PREMUL_SUM.
-// Everything else (bitwise ops, sparse tensors, what torch adds later) goes to
-// a gloo backend built on a prefixed copy of the same store, after pycomm's
-// queued work.
+// queue rather than in it); ops SUM, AVG, MIN, MAX, PRODUCT, PREMUL_SUM, BAND,
+// BOR, BXOR. Every dtype (dtype_map.h: moved by its bytes, reduced where it
+// has arithmetic) and every strided layout (staged_tensor.h: what is not
+// contiguous is copied in and out). Everything else (sparse tensors, CUDA
+// tensors but the CUDA all-reduce's, what torch adds later) goes to a gloo
+// backend built on a prefixed copy of the same store, after pycomm's queued
+// work.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -25,6 +28,7 @@
 
 #include "communicator.h"
 #include "plan.h"
+#include "staged_tensor.h"
 
 namespace pycomm {
 
@@ -110,8 +114,11 @@ class Backend : public c10d::Backend {
 
   // What routing needs to know of a call's tensors.
   struct Where {
-    bool cuda = false;    // one is on a CUDA device
-    bool sparse = false;  // one is sparse (or of another non-strided layout)
+    bool cuda = false;        // one is on a CUDA device
+    bool sparse = false;      // one is sparse (or of another non-strided layout)
+    bool contiguous = true;   // every strided one is contiguous, with no conj or neg bit
+    bool typed = false;       // dtype is set: the first strided tensor's
+    at::ScalarType dtype = at::kFloat;
   };
 
  private:
@@ -120,11 +127,13 @@ class Backend : public c10d::Backend {
     core::ReduceOp op = core::ReduceOp::kSum;
     bool premul = false;
     double factor = 1.0;
-    bool native = true;  // false for the ops pycomm does not run (the bitwise ones)
+    bool native = true;  // false for an op pycomm does not know (c10d's UNUSED, later ones)
   };
   static Reduction reduction_of(const c10d::ReduceOp& op);
-  // Where a call goes: the plan's route query with the call's own fields.
-  core::Plan plan_of(core::Collective c, Where w, bool native_op = true) const;
+  // Where a call goes: the plan's route query with the call's own fields
+  // (`red` for the collectives that reduce).
+  core::Plan plan_of(core::Collective c, Where w, const Reduction& red) const;
+  core::Plan plan_of(core::Collective c, Where w) const;
 
   c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, Job job, bool async_op);
   c10::intrusive_ptr<c10d::Work> all_reduce(std::vector<at::Tensor>& tensors, const Reduction& red,
@@ -140,8 +149,10 @@ class Backend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> reduce_scatter_tensors(std::vector<at::Tensor>& outputs,
                                                         std::vector<at::Tensor>& inputs,
                                                         const Reduction& red, bool async_op);
+  // `send` and `recv` point into the staged tensors' flat views.
   c10::intrusive_ptr<c10d::Work> all_to_all(c10d::OpType type, std::vector<at::Tensor> outputs,
-                                            Blocks send, Blocks recv, bool async_op);
+                                            Blocks send, Blocks recv, std::vector<StagedTensor> ins,
+                                            std::vector<StagedTensor> outs, bool async_op);
   // send, recv and recvAnysource (peer kAnySource) on the engine.
   c10::intrusive_ptr<c10d::Work> point_to_point(core::P2POp::Kind kind, std::vector<at::Tensor>& tensors,
                                                 int peer, int tag);

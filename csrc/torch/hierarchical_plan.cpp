@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <numeric>
 
 #include "../core/errors.h"
 #include "dtype_map.h"
+#include "staged_tensor.h"
 
 namespace pycomm {
 namespace {
@@ -16,13 +18,67 @@ namespace {
 // factor was applied before; the division comes once, after the inter-host step).
 core::ReduceOp host_op(core::ReduceOp op) { return op == core::ReduceOp::kAvg ? core::ReduceOp::kSum : op; }
 
-c10d::ReduceOp c10d_op(core::ReduceOp op) {
-  switch (op) {
+// gloo's op for the core's `op` on `t`'s dtype: bool's sum and product as the
+// kernels run them (core::kernel_op: or and and; gloo would add the bytes).
+c10d::ReduceOp c10d_op(const at::Tensor& t, core::ReduceOp requested) {
+  switch (core::kernel_op(dtype_of(t), requested)) {
     case core::ReduceOp::kMax: return c10d::ReduceOp(c10d::ReduceOp::MAX);
     case core::ReduceOp::kMin: return c10d::ReduceOp(c10d::ReduceOp::MIN);
     case core::ReduceOp::kProduct: return c10d::ReduceOp(c10d::ReduceOp::PRODUCT);
+    case core::ReduceOp::kBand: return c10d::ReduceOp(c10d::ReduceOp::BAND);
+    case core::ReduceOp::kBor: return c10d::ReduceOp(c10d::ReduceOp::BOR);
+    case core::ReduceOp::kBxor: return c10d::ReduceOp(c10d::ReduceOp::BXOR);
     default: return c10d::ReduceOp(c10d::ReduceOp::SUM);
   }
+}
+
+// gloo, between hosts, reduces float32, float64, float16, bfloat16, int8,
+// uint8, int32, int64 and bool, and takes no other dtype. The plans' other
+// dtypes cross in one it takes, with the same result:
+// - moved (broadcast, all_gather, all_to_all): any dtype, as its bytes;
+// - reduced: int16 and uint16 widened to int32, uint32 to int64 (narrowing
+//   back wraps as the narrow type's sums, products and bitwise ops do, and max
+//   and min are exact); uint64 as the int64 of its bits (two's complement:
+//   the same sums, products and bitwise results), its bits flipped at the
+//   sign for max and min (x ^ 2^63 turns unsigned order into signed order).
+at::Tensor as_bytes(const at::Tensor& t) {
+  // (An empty tensor may keep a step, which view(dtype) refuses.)
+  return t.numel() == 0 ? at::empty({0}, t.options().dtype(at::kByte)) : t.view(at::kByte);
+}
+
+bool gloo_reduces(core::DType d) {
+  return d != core::DType::kInt16 && d != core::DType::kUInt16 && d != core::DType::kUInt32 &&
+         d != core::DType::kUInt64;
+}
+
+bool flips_sign(core::DType d, core::ReduceOp op) {
+  return d == core::DType::kUInt64 && (op == core::ReduceOp::kMax || op == core::ReduceOp::kMin);
+}
+
+// The tensor gloo reduces in place of `t` (`t` itself when gloo takes its dtype).
+at::Tensor for_gloo(const at::Tensor& t, core::ReduceOp op) {
+  const core::DType d = dtype_of(t);
+  if (gloo_reduces(d)) return t;
+  if (d == core::DType::kUInt64) {
+    const at::Tensor bits = t.view(at::kLong);
+    return flips_sign(d, op) ? bits.bitwise_xor(std::numeric_limits<int64_t>::min()) : bits.clone();
+  }
+  return t.to(d == core::DType::kUInt32 ? at::kLong : at::kInt);
+}
+
+// Writes what gloo reduced (`g`, from for_gloo) into `out`.
+void from_gloo(const at::Tensor& out, const at::Tensor& g, core::ReduceOp op) {
+  const core::DType d = dtype_of(out);
+  if (gloo_reduces(d)) {
+    if (!g.is_same(out)) copy_bits(out, g);
+    return;
+  }
+  if (d == core::DType::kUInt64) {
+    out.view(at::kLong).copy_(flips_sign(d, op) ? g.bitwise_xor(std::numeric_limits<int64_t>::min()) : g);
+    return;
+  }
+  // Wraps: the value modulo 2^16 (2^32), as the narrow type's arithmetic.
+  out.copy_(g.to(d == core::DType::kUInt32 ? at::kUInt32 : d == core::DType::kUInt16 ? at::kUInt16 : at::kShort));
 }
 
 // An operation of another backend (between hosts, or the group-wide one)
@@ -131,12 +187,14 @@ core::Route HierarchicalPlan::route(core::Collective c, const at::Tensor& t) con
 void HierarchicalPlan::inter_all_reduce(const core::Context& ctx, const at::Tensor& t,
                                         core::ReduceOp op) const {
   if (inter_->getSize() > 1 && t.numel() > 0) {
+    const at::Tensor g = for_gloo(t, op);
     remote(ctx, "all_reduce", [&] {
-      std::vector<at::Tensor> ts{t};
+      std::vector<at::Tensor> ts{g};
       c10d::AllreduceOptions o;
-      o.reduceOp = c10d_op(op);
+      o.reduceOp = c10d_op(t, op);
       return inter_->allreduce(ts, o);
     });
+    from_gloo(t, g, op);
   }
   if (op == core::ReduceOp::kAvg) t.div_(layout_.world());
 }
@@ -177,11 +235,16 @@ void HierarchicalPlan::rs_ar_ag(const core::Context& ctx, const at::Tensor& t, c
   at::Tensor part = at::empty({units}, t.options());
   char* base = static_cast<char*>(t.data_ptr());
   std::vector<c10::intrusive_ptr<c10d::Work>> works(static_cast<size_t>(pieces));
+  std::vector<at::Tensor> crossing(static_cast<size_t>(pieces));  // what gloo reduces (for_gloo)
   auto gather = [&](int64_t k) {
     const int64_t u0 = k * per_piece, m = std::min(per_piece, units - u0);
     at::Tensor shard = part.narrow(0, u0, m);
-    if (works[size_t(k)]) wait_remote(ctx, "all_reduce", works[size_t(k)]);
+    if (works[size_t(k)]) {
+      wait_remote(ctx, "all_reduce", works[size_t(k)]);
+      from_gloo(shard, crossing[size_t(k)], op);
+    }
     works[size_t(k)].reset();
+    crossing[size_t(k)].reset();
     if (op == core::ReduceOp::kAvg) shard.div_(layout_.world());
     core::AllGatherArgs ag;
     ag.dtype = dtype;
@@ -201,10 +264,11 @@ void HierarchicalPlan::rs_ar_ag(const core::Context& ctx, const at::Tensor& t, c
     rs.op = host_op(op);
     core::reduce_scatter(ctx, rs);
     if (inter_->getSize() > 1) {
+      crossing[size_t(k)] = for_gloo(shard, op);
       works[size_t(k)] = issue_remote(ctx, "all_reduce", [&] {
-        std::vector<at::Tensor> ts{shard};
+        std::vector<at::Tensor> ts{crossing[size_t(k)]};
         c10d::AllreduceOptions o;
-        o.reduceOp = c10d_op(op);
+        o.reduceOp = c10d_op(shard, op);
         return inter_->allreduce(ts, o);
       });
     }
@@ -226,9 +290,9 @@ void HierarchicalPlan::all_reduce(const core::Context& ctx, const at::Tensor& t,
 void HierarchicalPlan::reduce(const core::Context& ctx, const at::Tensor& t, core::ReduceOp op,
                               int root) const {
   // An all-reduce on a copy: the other ranks' tensors are not to be written.
-  at::Tensor work = t.clone();
+  at::Tensor work = clone_bits(t);
   all_reduce(ctx, work, op);
-  if (root == layout_.rank) t.copy_(work);
+  if (root == layout_.rank) copy_bits(t, work);
 }
 
 void HierarchicalPlan::broadcast(const core::Context& ctx, const at::Tensor& t, int root) const {
@@ -246,7 +310,7 @@ void HierarchicalPlan::broadcast(const core::Context& ctx, const at::Tensor& t, 
   }
   if (layout_.local_rank == 0 && inter_->getSize() > 1 && t.numel() > 0) {
     remote(ctx, "broadcast", [&] {
-      std::vector<at::Tensor> ts{t};
+      std::vector<at::Tensor> ts{as_bytes(t)};
       c10d::BroadcastOptions o;
       o.rootRank = root_host;
       return inter_->broadcast(ts, o);
@@ -262,7 +326,7 @@ void HierarchicalPlan::all_gather(const core::Context& ctx, const at::Tensor& in
                                   const at::Tensor& out) const {
   if (route(core::Collective::kAllGather, in) == core::Route::kGloo) {
     remote(ctx, "all_gather", [&] {
-      at::Tensor o = out, i = in;
+      at::Tensor o = as_bytes(out), i = as_bytes(in);
       return group_->_allgather_base(o, i, c10d::AllgatherOptions());
     });
     return;
@@ -274,8 +338,8 @@ void HierarchicalPlan::all_gather(const core::Context& ctx, const at::Tensor& in
   // every host ([host]), then the host gathers those ([local][host]).
   at::Tensor across = at::empty({int64_t(H) * c}, in.options());
   remote(ctx, "all_gather", [&] {
-    at::Tensor i = in;
-    return inter_->_allgather_base(across, i, c10d::AllgatherOptions());
+    at::Tensor o = as_bytes(across), i = as_bytes(in);
+    return inter_->_allgather_base(o, i, c10d::AllgatherOptions());
   });
   at::Tensor all = at::empty({int64_t(L) * H * c}, in.options());
   core::AllGatherArgs ag;
@@ -287,7 +351,7 @@ void HierarchicalPlan::all_gather(const core::Context& ctx, const at::Tensor& in
   for (int l = 0; l < L; ++l) {
     for (int h = 0; h < H; ++h) {
       const int g = layout_.hosts[size_t(h)][size_t(l)];
-      out.narrow(0, int64_t(g) * c, c).copy_(all.narrow(0, (int64_t(l) * H + h) * c, c));
+      copy_bits(out.narrow(0, int64_t(g) * c, c), all.narrow(0, (int64_t(l) * H + h) * c, c));
     }
   }
 }
@@ -297,12 +361,13 @@ void HierarchicalPlan::reduce_scatter(const core::Context& ctx, const at::Tensor
   const int64_t c = out.numel();
   if (c == 0) return;  // the same on every rank: nothing to move
   if (route(core::Collective::kReduceScatter, in) == core::Route::kGloo) {
+    at::Tensor o = for_gloo(out, op), i = for_gloo(in, op);
     remote(ctx, "reduce_scatter", [&] {
-      at::Tensor o = out, i = in;
       c10d::ReduceScatterOptions opts;
-      opts.reduceOp = c10d_op(op);
+      opts.reduceOp = c10d_op(out, op);
       return group_->_reduce_scatter_base(o, i, opts);
     });
+    from_gloo(out, o, op);
     if (op == core::ReduceOp::kAvg) out.div_(layout_.world());
     return;
   }
@@ -314,7 +379,7 @@ void HierarchicalPlan::reduce_scatter(const core::Context& ctx, const at::Tensor
   for (int l = 0; l < L; ++l) {
     for (int h = 0; h < H; ++h) {
       const int g = layout_.hosts[size_t(h)][size_t(l)];
-      perm.narrow(0, (int64_t(l) * H + h) * c, c).copy_(in.narrow(0, int64_t(g) * c, c));
+      copy_bits(perm.narrow(0, (int64_t(l) * H + h) * c, c), in.narrow(0, int64_t(g) * c, c));
     }
   }
   at::Tensor part = at::empty({int64_t(H) * c}, in.options());
@@ -326,14 +391,15 @@ void HierarchicalPlan::reduce_scatter(const core::Context& ctx, const at::Tensor
   rs.op = host_op(op);
   core::reduce_scatter(ctx, rs);
   if (inter_->getSize() > 1) {
+    at::Tensor o = for_gloo(out, op), p = for_gloo(part, op);
     remote(ctx, "reduce_scatter", [&] {
-      at::Tensor o = out;
       c10d::ReduceScatterOptions opts;
-      opts.reduceOp = c10d_op(op);
-      return inter_->_reduce_scatter_base(o, part, opts);
+      opts.reduceOp = c10d_op(out, op);
+      return inter_->_reduce_scatter_base(o, p, opts);
     });
+    from_gloo(out, o, op);
   } else {
-    out.copy_(part);
+    copy_bits(out, part);
   }
   if (op == core::ReduceOp::kAvg) out.div_(layout_.world());
 }
@@ -346,15 +412,20 @@ void HierarchicalPlan::all_to_all(const core::Context& ctx, const Blocks& send,
   const int64_t total = std::accumulate(recv.counts.begin(), recv.counts.end(), int64_t(0));
   at::Tensor out = recv.tensors.size() == 1 ? recv.tensors[0].reshape({-1})
                                             : at::empty({total}, in.options());
+  const int64_t esize = int64_t(in.element_size());
   remote(ctx, "all_to_all", [&] {
-    // Copies: the backend may take its split sizes over (gloo moves them).
+    // As bytes (any dtype), in copies of the split sizes: the backend may
+    // take them over (gloo moves them).
     std::vector<int64_t> o = recv.counts, i = send.counts;
-    return group_->alltoall_base(out, in, o, i, c10d::AllToAllOptions());
+    for (int64_t& c : o) c *= esize;
+    for (int64_t& c : i) c *= esize;
+    at::Tensor ob = as_bytes(out), ib = as_bytes(in);
+    return group_->alltoall_base(ob, ib, o, i, c10d::AllToAllOptions());
   });
   if (recv.tensors.size() == 1) return;  // gloo wrote the caller's tensor
   int64_t offset = 0;
   for (size_t r = 0; r < recv.tensors.size(); ++r) {
-    recv.tensors[r].view({-1}).copy_(out.narrow(0, offset, recv.counts[r]));
+    copy_bits(recv.tensors[r].view({-1}), out.narrow(0, offset, recv.counts[r]));
     offset += recv.counts[r];
   }
 }

@@ -90,11 +90,22 @@ py::object all_reduce(Communicator& comm, const at::Tensor& tensor, const std::s
                       std::optional<bool> restore_on_failure, bool python_future) {
   core::AllReduceArgs a;
   parse_names(op, algorithm, &a);
-  a.dtype = check_tensor(tensor, "tensor", /*cuda_ok=*/true);
-  check_op_for_dtype(a.op, false, a.dtype);
-  a.data = tensor.data_ptr();
-  a.count = size_t(tensor.numel());
+  check_tensor(tensor, "tensor", /*cuda_ok=*/true);
+  check_op_for_dtype(a.op, false, tensor.scalar_type(), "tensor");
+  // In place, on the tensor's own memory: the backend (dist.all_reduce on a
+  // pycomm group) stages other layouts; this direct path does not.
+  TORCH_CHECK_VALUE(!StagedTensor::needed(tensor), "tensor: pycomm.all_reduce reduces in place and "
+                    "needs a contiguous tensor with no conj or neg bit, got sizes ", tensor.sizes(),
+                    " and strides ", tensor.strides(), "; dist.all_reduce on a pycomm group takes any layout");
+  const at::Tensor real = real_view(tensor);  // complex: pairs of reals
+  a.dtype = dtype_of(real);
+  a.data = real.data_ptr();
+  a.count = size_t(real.numel());
   const bool on_cuda = tensor.is_cuda();
+  TORCH_CHECK_TYPE(!on_cuda || core::cuda_all_reduce_takes(a.dtype, a.op), "tensor: the CUDA "
+                   "all-reduce takes float32, float64, float16, bfloat16, int8, uint8, int32 and int64 "
+                   "tensors (sum, avg, max, min, product), not ", torch_dtype_name(tensor.scalar_type()),
+                   " with '", core::op_name(a.op), "'; dist.all_reduce on a pycomm group takes it");
   // CPU tensors only: a CUDA all-reduce that fails part way leaves the tensor
   // partly reduced (its kernels write the output piece by piece).
   a.restore = !on_cuda && restore_on_failure.value_or(comm.config().tuning.restore_on_failure);

@@ -1,5 +1,6 @@
 #include "tensor_checks.h"
 
+#include <ATen/MemoryOverlap.h>
 #include <c10/util/Exception.h>
 
 #include "dtype_map.h"
@@ -14,13 +15,13 @@ core::DType check_tensor(const at::Tensor& t, const char* arg, bool cuda_ok) {
                    cuda_ok ? ": expected a CPU or CUDA tensor, got device "
                            : ": expected a CPU tensor (the shared-memory transport), got device ",
                    t.device());
-  core::DType dtype;
-  TORCH_CHECK_TYPE(to_core_dtype(t.scalar_type(), &dtype), arg, ": unsupported dtype ",
-                   t.scalar_type(), "; supported: ", kSupportedDtypes);
-  TORCH_CHECK_VALUE(t.is_contiguous(), arg, ": must be contiguous, got sizes ", t.sizes(),
-                    " and strides ", t.strides());
-  TORCH_CHECK_VALUE(!t.is_conj() && !t.is_neg(), arg, ": resolve conj/neg views first");
-  return dtype;
+  return core_dtype(t.scalar_type());
+}
+
+void check_writable(const at::Tensor& t, const char* arg) {
+  TORCH_CHECK_VALUE(at::has_internal_overlap(t) != at::MemOverlap::Yes, arg,
+                    ": is written, but some of its elements share memory (sizes ", t.sizes(),
+                    ", strides ", t.strides(), ": an expanded view?); pass a tensor of its own");
 }
 
 const at::Tensor& single_tensor(const std::vector<at::Tensor>& ts, const char* arg) {
@@ -29,104 +30,123 @@ const at::Tensor& single_tensor(const std::vector<at::Tensor>& ts, const char* a
   return ts[0];
 }
 
-void check_like(const at::Tensor& t, const char* arg, core::DType dtype, int64_t numel,
+void check_like(const at::Tensor& t, const char* arg, at::ScalarType dtype, int64_t numel,
                 const char* reference) {
-  const core::DType d = check_tensor(t, arg);
-  TORCH_CHECK_TYPE(d == dtype, arg, ": dtype ", core::dtype_name(d), " differs from ", reference,
-                   "'s ", core::dtype_name(dtype));
+  check_tensor(t, arg);
+  TORCH_CHECK_TYPE(t.scalar_type() == dtype, arg, ": dtype ", torch_dtype_name(t.scalar_type()),
+                   " differs from ", reference, "'s ", torch_dtype_name(dtype));
   TORCH_CHECK_VALUE(t.numel() == numel, arg, ": expected ", numel, " elements (from ", reference,
                     "), got ", t.numel());
 }
 
-std::vector<core::DType> check_all_gather_pairs(const std::vector<at::Tensor>& outputs,
-                                                const std::vector<at::Tensor>& inputs, int world) {
+void check_all_gather_pairs(const std::vector<at::Tensor>& outputs,
+                            const std::vector<at::Tensor>& inputs, int world) {
   TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "output_tensors: ", outputs.size(),
                     " outputs for ", inputs.size(), " inputs");
-  std::vector<core::DType> dtypes;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    dtypes.push_back(check_tensor(inputs[i], "input_tensor"));
-    check_like(outputs[i], "output_tensor", dtypes.back(), inputs[i].numel() * world,
+    check_tensor(inputs[i], "input_tensor");
+    check_like(outputs[i], "output_tensor", inputs[i].scalar_type(), inputs[i].numel() * world,
                "input_tensor x world size");
+    check_writable(outputs[i], "output_tensor");
   }
-  return dtypes;
 }
 
-std::vector<core::DType> check_all_gather_lists(
-    const std::vector<std::vector<at::Tensor>>& outputs, const std::vector<at::Tensor>& inputs,
-    int world) {
+void check_all_gather_lists(const std::vector<std::vector<at::Tensor>>& outputs,
+                            const std::vector<at::Tensor>& inputs, int world) {
   TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "output_tensor_lists: ", outputs.size(),
                     " lists for ", inputs.size(), " inputs");
-  std::vector<core::DType> dtypes;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    dtypes.push_back(check_tensor(inputs[i], "input_tensor"));
+    check_tensor(inputs[i], "input_tensor");
     TORCH_CHECK_VALUE(int64_t(outputs[i].size()) == world, "tensor_list: expected ", world,
                       " tensors (the world size), got ", outputs[i].size());
     for (const auto& o : outputs[i]) {
-      check_like(o, "tensor_list[i]", dtypes.back(), inputs[i].numel(), "input_tensor");
+      check_like(o, "tensor_list[i]", inputs[i].scalar_type(), inputs[i].numel(), "input_tensor");
+      check_writable(o, "tensor_list[i]");
     }
   }
-  return dtypes;
 }
 
-std::vector<core::DType> check_reduce_scatter_pairs(const std::vector<at::Tensor>& outputs,
-                                                    const std::vector<at::Tensor>& inputs, int world,
-                                                    core::ReduceOp op, bool premul) {
+void check_reduce_scatter_pairs(const std::vector<at::Tensor>& outputs,
+                                const std::vector<at::Tensor>& inputs, int world,
+                                core::ReduceOp op, bool premul) {
   TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "output: ", outputs.size(), " outputs for ",
                     inputs.size(), " inputs");
-  std::vector<core::DType> dtypes;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    dtypes.push_back(check_tensor(outputs[i], "output"));
-    check_op_for_dtype(op, premul, dtypes.back());
-    check_like(inputs[i], "input", dtypes.back(), outputs[i].numel() * world,
+    check_tensor(outputs[i], "output");
+    check_op_for_dtype(op, premul, outputs[i].scalar_type(), "output");
+    check_like(inputs[i], "input", outputs[i].scalar_type(), outputs[i].numel() * world,
                "output x world size");
+    check_writable(outputs[i], "output");
   }
-  return dtypes;
 }
 
-core::DType check_reduce_scatter_list(const std::vector<at::Tensor>& outputs,
-                                      const std::vector<std::vector<at::Tensor>>& inputs,
-                                      int world, core::ReduceOp op, bool premul) {
+void check_reduce_scatter_list(const std::vector<at::Tensor>& outputs,
+                               const std::vector<std::vector<at::Tensor>>& inputs, int world,
+                               core::ReduceOp op, bool premul) {
   const at::Tensor& out = single_tensor(outputs, "output");
   TORCH_CHECK_VALUE(inputs.size() == 1, "input_list: expected one list (one device per rank)");
   TORCH_CHECK_VALUE(int64_t(inputs[0].size()) == world, "input_list: expected ", world,
                     " tensors (the world size), got ", inputs[0].size());
-  const core::DType dtype = check_tensor(out, "output");
-  for (const auto& t : inputs[0]) check_like(t, "input_list[i]", dtype, out.numel(), "output");
-  check_op_for_dtype(op, premul, dtype);
-  return dtype;
+  check_tensor(out, "output");
+  for (const auto& t : inputs[0]) {
+    check_like(t, "input_list[i]", out.scalar_type(), out.numel(), "output");
+  }
+  check_op_for_dtype(op, premul, out.scalar_type(), "output");
+  check_writable(out, "output");
 }
 
-core::DType check_all_to_all_single(const at::Tensor& output, const at::Tensor& input) {
-  const core::DType dtype = check_tensor(input, "input");
-  check_like(output, "output", dtype, output.numel(), "input");
-  return dtype;
+void check_all_to_all_single(const at::Tensor& output, const at::Tensor& input) {
+  check_tensor(input, "input");
+  check_like(output, "output", input.scalar_type(), output.numel(), "input");
+  check_writable(output, "output");
 }
 
-core::DType check_all_to_all_lists(const std::vector<at::Tensor>& outputs,
-                                   const std::vector<at::Tensor>& inputs, int world) {
+void check_all_to_all_lists(const std::vector<at::Tensor>& outputs,
+                            const std::vector<at::Tensor>& inputs, int world) {
   TORCH_CHECK_VALUE(int64_t(inputs.size()) == world && int64_t(outputs.size()) == world,
                     "input_tensor_list, output_tensor_list: expected ", world,
                     " tensors each (the world size), got ", inputs.size(), " and ", outputs.size());
-  const core::DType dtype = check_tensor(inputs[0], "input_tensor_list[0]");
+  check_tensor(inputs[0], "input_tensor_list[0]");
+  const at::ScalarType dtype = inputs[0].scalar_type();
   for (int r = 0; r < world; ++r) {
     check_like(inputs[size_t(r)], "input_tensor_list[i]", dtype, inputs[size_t(r)].numel(),
                "input_tensor_list[0]");
     check_like(outputs[size_t(r)], "output_tensor_list[i]", dtype, outputs[size_t(r)].numel(),
                "input_tensor_list[0]");
+    check_writable(outputs[size_t(r)], "output_tensor_list[i]");
   }
-  return dtype;
 }
 
-void check_op_for_dtype(core::ReduceOp op, bool premul, core::DType dtype) {
-  // gloo rejects AVG outright and once computed something else for it; for
-  // integers a rounding rule would have to be invented, so ask for an
-  // explicit sum instead.
-  TORCH_CHECK_VALUE(op != core::ReduceOp::kAvg || core::is_floating(dtype), "op: '",
-                    core::op_name(op), "' is not defined for integer tensors (dtype ",
-                    core::dtype_name(dtype), "); use sum and divide");
-  TORCH_CHECK_VALUE(!premul || core::is_floating(dtype),
-                    "op: premul_sum is not defined for integer tensors (dtype ",
-                    core::dtype_name(dtype), ")");
+void check_op_for_dtype(core::ReduceOp op, bool premul, at::ScalarType dtype, const char* arg) {
+  const core::DType d = core_dtype(dtype);
+  const std::string name = torch_dtype_name(dtype);
+  const char* op_name = premul ? "premul_sum" : core::op_name(op);
+  // float8 and the like: gloo takes none of them, torch's CPU kernels do not
+  // add them, and no rule for rounding sums of them is pycomm's to invent.
+  TORCH_CHECK_TYPE(core::is_reducible(d), arg, ": ", name, " tensors have no arithmetic here, so '",
+                   op_name, "' cannot reduce them (gloo refuses them too); collectives that only "
+                   "move data (broadcast, all_gather, all_to_all, gather, scatter, send) take them");
+  if (at::isComplexType(dtype)) {
+    // Complex values reduce as pairs of reals, which is right for sums only
+    // (torch.distributed's rule: max(2+3i, 3+2i) is no value of either).
+    TORCH_CHECK_VALUE(op == core::ReduceOp::kSum || op == core::ReduceOp::kAvg, "op: '", op_name,
+                      "' is not defined for complex tensors (", arg, " is ", name,
+                      "); sum, avg and premul_sum are");
+    return;
+  }
+  if (core::is_bitwise(op)) {
+    TORCH_CHECK_VALUE(!core::is_floating(d), "op: '", op_name,
+                      "' is defined for integer and bool tensors only (", arg, " is ", name, ")");
+    return;
+  }
+  // gloo refuses integer AVG (it cannot cast the quotient back); a rounding
+  // rule would have to be invented, so ask for an explicit sum instead.
+  TORCH_CHECK_VALUE(op != core::ReduceOp::kAvg || core::is_floating(d), "op: '", op_name,
+                    "' is not defined for integer and bool tensors (", arg, " is ", name,
+                    "); use sum and divide");
+  TORCH_CHECK_VALUE(!premul || core::is_floating(d),
+                    "op: premul_sum is not defined for integer and bool tensors (", arg, " is ",
+                    name, ")");
 }
 
 }  // namespace pycomm

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <type_traits>
 
 #include "../errors.h"
@@ -74,6 +75,10 @@ struct SumOp { template <class A> static A apply(A a, A b) { return wrap_add(a, 
 struct ProdOp { template <class A> static A apply(A a, A b) { return wrap_mul(a, b); } };
 struct MaxOp { template <class A> static A apply(A a, A b) { return b > a ? b : a; } };
 struct MinOp { template <class A> static A apply(A a, A b) { return b < a ? b : a; } };
+// Integers and bool only (dispatch below).
+struct BandOp { template <class A> static A apply(A a, A b) { return A(a & b); } };
+struct BorOp { template <class A> static A apply(A a, A b) { return A(a | b); } };
+struct BxorOp { template <class A> static A apply(A a, A b) { return A(a ^ b); } };
 
 template <class Op, class A>
 inline void combine(A* __restrict acc, const A* __restrict x, size_t n) {
@@ -187,9 +192,12 @@ void ring_first_typed(const void* local, void* acc_out, size_t n) {
   }
 }
 
-// The single place where (dtype, op) become template arguments.
+// The single place where (dtype, op) become template arguments. bool reduces
+// as its byte, uint8, with kernel_op's or and and for sum and product
+// (dtypes.h).
 template <class F>
-void dispatch(DType dtype, ReduceOp op, F&& f) {
+void dispatch(DType dtype, ReduceOp requested, F&& f) {
+  const ReduceOp op = kernel_op(dtype, requested);
   auto with_op = [&](auto type_tag) {
     using T = decltype(type_tag);
     switch (op) {
@@ -203,6 +211,19 @@ void dispatch(DType dtype, ReduceOp op, F&& f) {
       case ReduceOp::kMax: return f(Kernels<T, MaxOp, false>{});
       case ReduceOp::kMin: return f(Kernels<T, MinOp, false>{});
       case ReduceOp::kProduct: return f(Kernels<T, ProdOp, false>{});
+      case ReduceOp::kBand:
+      case ReduceOp::kBor:
+      case ReduceOp::kBxor:
+        if constexpr (!std::is_integral_v<T>) {
+          throw InvalidArgument(std::string("op: '") + op_name(op) +
+                                "' is defined for integer and bool tensors only");
+        } else if (op == ReduceOp::kBand) {
+          return f(Kernels<T, BandOp, false>{});
+        } else if (op == ReduceOp::kBor) {
+          return f(Kernels<T, BorOp, false>{});
+        } else {
+          return f(Kernels<T, BxorOp, false>{});
+        }
     }
     throw InvalidArgument("op: unknown reduction operator");
   };
@@ -212,11 +233,16 @@ void dispatch(DType dtype, ReduceOp op, F&& f) {
     case DType::kFloat16: return with_op(Half{});
     case DType::kBFloat16: return with_op(BFloat16{});
     case DType::kInt8: return with_op(int8_t{});
-    case DType::kUInt8: return with_op(uint8_t{});
+    case DType::kUInt8:
+    case DType::kBool: return with_op(uint8_t{});
+    case DType::kInt16: return with_op(int16_t{});
+    case DType::kUInt16: return with_op(uint16_t{});
     case DType::kInt32: return with_op(int32_t{});
+    case DType::kUInt32: return with_op(uint32_t{});
     case DType::kInt64: return with_op(int64_t{});
+    case DType::kUInt64: return with_op(uint64_t{});
   }
-  throw InvalidArgument("tensor: unsupported dtype");
+  throw InvalidArgument("tensor: dtype " + dtype_label(dtype) + " has no reduction in pycomm");
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 #include "../kernels/float_lanes.h"
 #include "../kernels/half_convert.h"
 #include "../kernels/reduce_kernels.h"
+#include "../errors.h"
 #include "check.h"
 
 using namespace pycomm::core;
@@ -44,6 +45,10 @@ template <> constexpr DType kDType<int8_t> = DType::kInt8;
 template <> constexpr DType kDType<uint8_t> = DType::kUInt8;
 template <> constexpr DType kDType<int32_t> = DType::kInt32;
 template <> constexpr DType kDType<int64_t> = DType::kInt64;
+template <> constexpr DType kDType<int16_t> = DType::kInt16;
+template <> constexpr DType kDType<uint16_t> = DType::kUInt16;
+template <> constexpr DType kDType<uint32_t> = DType::kUInt32;
+template <> constexpr DType kDType<uint64_t> = DType::kUInt64;
 
 template <class T> constexpr bool kFloating = std::is_floating_point_v<Acc<T>>;
 
@@ -83,6 +88,9 @@ A ref_apply(ReduceOp op, A a, A b) {
     using P = std::conditional_t<(sizeof(A) < sizeof(unsigned)), unsigned, U>;
     if (op == ReduceOp::kSum) return A(U(U(a) + U(b)));
     if (op == ReduceOp::kProduct) return A(U(P(U(a)) * P(U(b))));
+    if (op == ReduceOp::kBand) return A(U(a) & U(b));
+    if (op == ReduceOp::kBor) return A(U(a) | U(b));
+    if (op == ReduceOp::kBxor) return A(U(a) ^ U(b));
   } else {
     if (op == ReduceOp::kSum || op == ReduceOp::kAvg) return a + b;
     if (op == ReduceOp::kProduct) return a * b;
@@ -178,10 +186,11 @@ constexpr size_t kCount = 1031;  // no multiple of any lane count
 template <class T>
 void check_reductions() {
   using A = Acc<T>;
-  const ReduceOp ops[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin,
-                          ReduceOp::kProduct};
+  const ReduceOp ops[] = {ReduceOp::kSum,     ReduceOp::kAvg,  ReduceOp::kMax, ReduceOp::kMin,
+                          ReduceOp::kProduct, ReduceOp::kBand, ReduceOp::kBor, ReduceOp::kBxor};
   for (ReduceOp op : ops) {
     if (op == ReduceOp::kAvg && !kFloating<T>) continue;
+    if (is_bitwise(op) && kFloating<T>) continue;
     const bool nan_meets_nan = is_arithmetic(op);
     for (int nsrc : {2, 3, 5}) {
       for (size_t offset = 0; offset < 4; ++offset) {
@@ -415,6 +424,65 @@ TEST(reductions_match_the_reference_for_every_dtype_and_op) {
   check_reductions<uint8_t>();
   check_reductions<int32_t>();
   check_reductions<int64_t>();
+  check_reductions<int16_t>();
+  check_reductions<uint16_t>();
+  check_reductions<uint32_t>();
+  check_reductions<uint64_t>();
+}
+
+// bool reduces as its byte with sum as or (max) and product as and (min), so a
+// result is 0 or 1 whatever the number of ranks: bit for bit what uint8 gives
+// with those ops.
+TEST(bool_reduces_to_bools) {
+  const ReduceOp ops[] = {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kProduct,
+                          ReduceOp::kBand, ReduceOp::kBor, ReduceOp::kBxor};
+  for (ReduceOp op : ops) {
+    std::vector<std::vector<uint8_t>> inputs;
+    std::vector<const void*> srcs;
+    for (int s = 0; s < 5; ++s) {
+      std::vector<uint8_t> v(kCount);
+      for (size_t i = 0; i < kCount; ++i) v[i] = uint8_t(rng()() % 2);
+      inputs.push_back(std::move(v));
+    }
+    for (auto& in : inputs) srcs.push_back(in.data());
+    std::vector<uint8_t> as_bool(kCount), as_uint8(kCount);
+    reduce_sources(DType::kBool, op, as_bool.data(), srcs.data(), 5, kCount, 5);
+    reduce_sources(DType::kUInt8, kernel_op(DType::kBool, op), as_uint8.data(), srcs.data(), 5,
+                   kCount, 5);
+    CHECK(same(as_bool.data(), as_uint8.data(), kCount, false, "bool as uint8"));
+    for (uint8_t b : as_bool) CHECK(b <= 1);
+    // All five True: or, and, and the parity of five.
+    std::vector<uint8_t> ones(kCount, 1), out(kCount);
+    const void* all[] = {ones.data(), ones.data(), ones.data(), ones.data(), ones.data()};
+    reduce_sources(DType::kBool, op, out.data(), all, 5, kCount, 5);
+    CHECK_EQ(out[kCount - 1], uint8_t(1));
+  }
+  CHECK(kernel_op(DType::kBool, ReduceOp::kSum) == ReduceOp::kMax);
+  CHECK(kernel_op(DType::kBool, ReduceOp::kProduct) == ReduceOp::kMin);
+  CHECK(kernel_op(DType::kUInt8, ReduceOp::kSum) == ReduceOp::kSum);
+}
+
+// No arithmetic on opaque types, on floats no bitwise ops, on integers no avg:
+// an InvalidArgument naming the op or the dtype, never a silent result.
+TEST(reductions_refuse_what_a_dtype_cannot_take) {
+  float f[4] = {1, 2, 3, 4}, out[4];
+  const void* fs[] = {f, f};
+  bool threw = false;
+  try {
+    reduce_sources(DType::kFloat32, ReduceOp::kBand, out, fs, 2, 4, 2);
+  } catch (const InvalidArgument& e) {
+    threw = std::strstr(e.what(), "band") != nullptr;
+  }
+  CHECK(threw);
+  threw = false;
+  try {
+    reduce_sources(opaque_dtype(23, 1), ReduceOp::kSum, out, fs, 2, 4, 2);
+  } catch (const InvalidArgument& e) {
+    threw = std::strstr(e.what(), "opaque#23/1B") != nullptr;
+  }
+  CHECK(threw);
+  CHECK_EQ(dtype_size(opaque_dtype(23, 16)), size_t(16));
+  CHECK(!is_reducible(opaque_dtype(5, 2)) && is_reducible(DType::kBool));
 }
 
 TEST_MAIN

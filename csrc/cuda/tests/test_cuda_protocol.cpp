@@ -21,6 +21,7 @@
 
 #include "../../core/kernels/reduce_kernels.h"
 #include "../../core/ring_schedule.h"
+#include "../../core/routing.h"
 #include "../../core/tests/check.h"
 #include "../all_reduce_args.h"
 #include "../all_reduce_dispatch.h"
@@ -103,6 +104,7 @@ void store_value(DType t, void* p, size_t i, int v) {
     case DType::kUInt8: static_cast<uint8_t*>(p)[i] = uint8_t(v); break;
     case DType::kInt32: static_cast<int32_t*>(p)[i] = int32_t(v); break;
     case DType::kInt64: static_cast<int64_t*>(p)[i] = int64_t(v); break;
+    default: break;  // not a dtype of these kernels (core::cuda_all_reduce_takes)
   }
 }
 
@@ -480,6 +482,22 @@ TEST(all_reduce_dtypes_ops) {
         if (op == ReduceOp::kAvg && !core::is_floating(t)) continue;
         run_case(Case{alg, 3, 2, t, op, 1029});
       }
+    }
+  }
+}
+
+// The routing table sends a CUDA all-reduce to these kernels only for the
+// pairs they take (the others to the fallback): the table and the dispatch agree.
+TEST(routing_table_states_what_the_kernels_take) {
+  const DType dtypes[] = {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
+                          DType::kInt8,    DType::kUInt8,   DType::kInt32,   DType::kInt64,
+                          DType::kBool,    DType::kInt16,   DType::kUInt16,  DType::kUInt32,
+                          DType::kUInt64,  core::opaque_dtype(3, 1)};
+  const ReduceOp ops[] = {ReduceOp::kSum,     ReduceOp::kAvg,  ReduceOp::kMax, ReduceOp::kMin,
+                          ReduceOp::kProduct, ReduceOp::kBand, ReduceOp::kBor, ReduceOp::kBxor};
+  for (DType d : dtypes) {
+    for (ReduceOp op : ops) {
+      CHECK_EQ(cuda::dispatch_reduction(d, op, [](auto, auto) {}), core::cuda_all_reduce_takes(d, op));
     }
   }
 }
