@@ -201,6 +201,23 @@ struct Rank {
   std::vector<float> times_ms;
 };
 
+// What every rank's launch shares (float32 sum; each rank then sets its own
+// rank, input, output and status).
+CudaAllReduceArgs float_sum_args(const Options& o, const pycomm::cuda::PeerMemory& peers,
+                                 size_t count, CudaAlgorithm alg, int sm_count) {
+  CudaAllReduceArgs a{};
+  a.world = o.ranks;
+  a.peers = peers;
+  a.count = count;
+  a.dtype = pycomm::core::DType::kFloat32;
+  a.op = pycomm::core::ReduceOp::kSum;
+  a.algorithm = alg;
+  a.timeout_ns = o.timeout_ms * 1000000ull;
+  a.blocks = o.blocks;
+  a.sm_count = sm_count;
+  return a;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0.0 : v[v.size() / 2];
@@ -339,16 +356,7 @@ int run_one_launch(const Options& o, std::vector<Rank>& ranks, const pycomm::cud
     const size_t count = std::max<size_t>(1, bytes / sizeof(float));
     const size_t real_bytes = count * sizeof(float);
     for (CudaAlgorithm alg : o.algorithms) {
-      CudaAllReduceArgs proto{};
-      proto.world = o.ranks;
-      proto.peers = peers;
-      proto.count = count;
-      proto.dtype = pycomm::core::DType::kFloat32;
-      proto.op = pycomm::core::ReduceOp::kSum;
-      proto.algorithm = alg;
-      proto.timeout_ns = o.timeout_ms * 1000000ull;
-      proto.blocks = o.blocks;
-      proto.sm_count = sm_count;
+      const CudaAllReduceArgs proto = float_sum_args(o, peers, count, alg, sm_count);
       const int blocks = pycomm::cuda::blocks_of(proto);
       pycomm::cuda::AllRanksArgs all{};
       all.world = o.ranks;
@@ -485,16 +493,7 @@ int main(int argc, char** argv) {
     const size_t real_bytes = count * sizeof(float);
     const double floor_us = o.ranks * memcpy_median_us(ranks[0], real_bytes, o);
     for (CudaAlgorithm alg : o.algorithms) {
-      CudaAllReduceArgs proto{};
-      proto.world = o.ranks;
-      proto.peers = peers;
-      proto.count = count;
-      proto.dtype = pycomm::core::DType::kFloat32;
-      proto.op = pycomm::core::ReduceOp::kSum;
-      proto.algorithm = alg;
-      proto.timeout_ns = o.timeout_ms * 1000000ull;
-      proto.blocks = o.blocks;
-      proto.sm_count = sm_count;
+      const CudaAllReduceArgs proto = float_sum_args(o, peers, count, alg, sm_count);
       std::vector<unsigned long long> wrong(size_t(o.ranks), 0);
       on_every_rank(o.ranks, [&](int r) {
         Rank& k = ranks[size_t(r)];
