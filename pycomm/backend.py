@@ -8,8 +8,8 @@
 (csrc/torch/frontend.h, with the host plan) over a communicator of its own, set up through the
 store torch hands the backend (bounded like every pycomm wait, see
 rendezvous.py), and a gloo backend on a prefixed copy of that store for what
-pycomm does not run itself (send/recv, bitwise ops, sparse tensors; gather and scatter
-across hosts).
+pycomm does not run itself (sparse tensors; gather, scatter and send/recv across
+hosts; CUDA tensors but the CUDA all-reduce's).
 
 A group whose ranks span hosts (topology.py) gets the hierarchical plan
 (csrc/torch/hierarchical_plan.h): a communicator over each host's ranks, and a gloo

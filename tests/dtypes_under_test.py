@@ -44,7 +44,3 @@ REDUCIBLE = {**DTYPES, **MORE_INTEGERS, "bool": torch.bool, **COMPLEX}
 # integers): moved by their bytes, refused by every reduction.
 OPAQUE = {n: d for n, d in ALL_DTYPES.items() if n not in REDUCIBLE and n not in QUANTIZED}
 
-
-def itemsize(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size() if dtype in QUANTIZED.values() \
-        else dtype.itemsize
