@@ -10,7 +10,6 @@ ones.
 import hashlib
 import os
 import subprocess
-import sys
 
 import pytest
 import torch
@@ -20,6 +19,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from process_world import TEST_BACKEND, reference_group
+from torchrun_ranks import torchrun
 
 WORLD = 3
 STEPS = 2
@@ -198,16 +198,13 @@ def test_torchrun_launch():
     script = os.path.join(HERE, "scripts", "backend_smoke.py")
     env = dict(os.environ, OMP_NUM_THREADS="1", PYCOMM_TEST_BACKEND=TEST_BACKEND)
     # --standalone: a c10d rendezvous on 127.0.0.1 port 0, bound by the agent.
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           "--nproc_per_node", str(WORLD), script]
     try:
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+        res = torchrun(script, ranks=WORLD, env=env)
     except subprocess.TimeoutExpired as e:
         pytest.fail(f"torchrun did not finish in 240 s:\n{e.stdout}\n{e.stderr}")
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, f"torchrun exited {proc.returncode}:\n{out[-6000:]}"
+    assert res.returncode == 0, f"torchrun exited {res.returncode}:\n{res.report()}"
     for rank in range(WORLD):
-        assert f"backend_smoke rank {rank}/{WORLD}: ok" in proc.stdout, out[-6000:]
+        assert f"backend_smoke rank {rank}/{WORLD}: ok" in res.ranks[rank], res.report()
 
 
 def nested_callback_case():

@@ -3,26 +3,24 @@
 run beside another job cannot collide on torchrun's default one)."""
 import os
 import subprocess
-import sys
 
 import pytest
+
+from torchrun_ranks import torchrun as run_ranks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RANKS = 4
 
 
 def torchrun(script, *args, ranks=RANKS, folder="examples"):
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           "--nproc_per_node", str(ranks), os.path.join(ROOT, folder, script), *args]
+    """Every rank's stdout, rank by rank (tests/torchrun_ranks.py: never interleaved)."""
     try:
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+        res = run_ranks(os.path.join(ROOT, folder, script), *args, ranks=ranks)
     except subprocess.TimeoutExpired as e:
         pytest.fail(f"torchrun {script} did not finish in 240 s:\n{e.stdout}\n{e.stderr}")
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, f"torchrun {script} exited {proc.returncode}:\n{out[-6000:]}"
-    print(proc.stdout.strip().splitlines()[-1])
-    return proc.stdout
+    assert res.returncode == 0, f"torchrun {script} exited {res.returncode}:\n{res.report()}"
+    print(res.stdout.strip().splitlines()[-1])
+    return res.stdout
 
 
 @pytest.mark.parametrize("how", [(), ("--hook",)], ids=["backend", "hook"])

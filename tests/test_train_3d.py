@@ -5,9 +5,10 @@ its last line; this test reads that line and the figures before it."""
 import os
 import re
 import subprocess
-import sys
 
 import pytest
+
+from torchrun_ranks import torchrun
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 4
@@ -15,16 +16,13 @@ STEPS = 4
 
 def test_train_3d_example():
     schedule = "1f1b"
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-           "8", os.path.join(ROOT, "examples", "train_3d.py"), "--steps", str(STEPS),
-           "--schedule", schedule, "--calibration-repeats", "3"]
     try:
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+        res = torchrun(os.path.join(ROOT, "examples", "train_3d.py"), "--steps", str(STEPS),
+                       "--schedule", schedule, "--calibration-repeats", "3", ranks=8)
     except subprocess.TimeoutExpired as e:
         pytest.fail(f"torchrun train_3d.py did not finish in 240 s:\n{e.stdout}\n{e.stderr}")
-    out = proc.stdout
-    assert proc.returncode == 0, f"exited {proc.returncode}:\n{(out + proc.stderr)[-6000:]}"
+    out = res.stdout
+    assert res.returncode == 0, f"exited {res.returncode}:\n{res.report()}"
     last = out.strip().splitlines()[-1]
     print(last)
     assert last.startswith(f"3D parallel dp 2 x pp 2 x tp 2 (FSDP2, {schedule}, TP)"), out
