@@ -24,6 +24,7 @@ gloo: with inexact values they differ by design); any bytes for the rest.
 Each case lands in one class (the worst over the ranks):
   agree              both give the right result, bit for bit
   gloo wrong         gloo's result differs from the right one; pycomm's is right
+                     (or gloo serves a case whose only right answer is a refusal)
   gloo refuses       gloo raises; pycomm gives the right result
   both refuse        both raise (pycomm a TypeError or ValueError naming the argument,
                      or torch raises before any backend is called)
@@ -357,6 +358,12 @@ class Outcome:
 # not run on gloo, and counted as gloo's refusal.
 GLOO_CRASHES = {("reduce_scatter_tensor", "0-d")}
 
+# Cases with no right result but a refusal, whatever gloo does: a 0-d tensor has
+# no dim 0 to split between ranks. torch 2.14 refuses it before any backend;
+# torch 2.13's gloo runs it and reads and writes past the tensor's one element.
+# (A complex one is not in it: torch hands the backend its two reals.)
+NO_RIGHT_RESULT = {("all_to_all_single", "0-d")}
+
 
 def run(coll, dtype, kind, op, rank, world, key, group, transform=None, gloo=False):
     """Builds the case's tensors and runs it on `group` (`gloo`: a gloo group);
@@ -463,6 +470,8 @@ def reference(coll, dtype, kind, op, rank, world, key, group):
             return Outcome(True, result=object_signature(want))
         except Exception as e:  # noqa: BLE001 - a tensor torch cannot copy: no right result
             return Outcome(False, error=f"{type(e).__name__}: {e}")
+    if (coll, kind) in NO_RIGHT_RESULT and world > 1 and not dtype.is_complex:
+        return Outcome(False, error=f"no right result: {coll} of a {kind} tensor over {world} ranks")
     reduces = coll in REDUCTIONS
     premul = op == "premul_sum"
     first = attempt(None, op if not premul else "sum", PREMUL_FACTOR if premul else None)
@@ -509,12 +518,15 @@ def step_code(outcome):
 def classify(gloo, pycomm, ref):
     """(class, detail) of one case on one rank."""
     if not pycomm.ok:
-        if gloo.ok:
-            return "pycomm refuses", pycomm.error
         # pycomm's own refusal, or torch's before any backend ran (the same error
         # as gloo's, or its dispatcher's for quantized tensors).
         typed = pycomm.error.startswith(("TypeError", "ValueError", TORCH_REFUSES)) or \
             pycomm.error == gloo.error
+        if gloo.ok and not ref.ok and ref.error.startswith("no right result"):
+            # gloo serves a case whose only right answer is a refusal.
+            return ("gloo wrong" if typed else "unclear refusal"), ref.error
+        if gloo.ok:
+            return "pycomm refuses", pycomm.error
         return ("both refuse" if typed else "unclear refusal"), pycomm.error
     if not ref.ok:
         return "differ", f"pycomm serves, but the right answer is a refusal: {ref.error}"
