@@ -3,7 +3,46 @@ import os
 
 import pytest
 
+import layers
 from process_world import ProcessWorld
+
+# A fast-layer test slower than this is named at the end of the run: it belongs in another
+# layer (tests/layers.py), or the fast layer stops being the one a developer runs each time.
+FAST_TEST_S = 15.0
+
+
+def pytest_configure(config):
+    for name, what in layers.LAYERS.items():
+        config.addinivalue_line("markers", f"{name}: layer: {what}")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Every test gets its layer's marker before -m selects (tests/layers.py). Soak tests run
+    only when -m names them, whatever else -m selects (`-m ranks` must not start a soak)."""
+    for item in items:
+        if not any(m.name in layers.LAYERS for m in item.iter_markers()):
+            item.add_marker(layers.layer_of(item))
+    if "soak" not in (config.getoption("markexpr") or ""):
+        soak = [item for item in items if item.get_closest_marker("soak")]
+        if soak:
+            config.hook.pytest_deselected(items=soak)
+            items[:] = [item for item in items if not item.get_closest_marker("soak")]
+
+
+_slow_fast_tests = []
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" and report.duration > FAST_TEST_S and "fast" in report.keywords:
+        _slow_fast_tests.append((report.nodeid, report.duration))
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _slow_fast_tests:
+        terminalreporter.write_line(
+            f"fast-layer tests over {FAST_TEST_S:.0f} s (move them to another layer in "
+            "tests/layers.py): " + ", ".join(f"{n} ({s:.0f} s)" for n, s in _slow_fast_tests))
 
 
 def pycomm_segments():

@@ -144,7 +144,7 @@ def test_predict_calibrated(capsys, tmp_path):
                          "stock_backend": "gloo", "ceiling_us": 1.0, "pycomm_busbw": 0.0,
                          "stock_busbw": 0.0, "wrong": 0})
     path = tmp_path / "allreduce.json"
-    path.write_text(json.dumps(rows))
+    path.write_text(json.dumps({"rows": rows}))
     code, out, _ = run(capsys, "predict", "--gpus", "4", "--calibrate", str(path),
                        "--backend", "stock", "--json")
     assert code == 0

@@ -85,3 +85,59 @@ def test_readme_opens_with_its_two_commands():
         "scripts/setup.sh && scripts/native_tests.sh && python3 -m pytest",
         "```",
     ]
+
+
+# A pointer into a page by a section's name, as comments and pages write them:
+# (docs/cuda.md, "One GPU, several ranks") or ([design.md](design.md), "Memory order").
+POINTER = re.compile(r'(?:\[[^\]]*\]\()?((?:docs/)?[\w-]+\.md)\)?, "([^"]+)"')
+SOURCES = ("README.md", "docs", "bench", "csrc", "pycomm", "scripts", "tests", "examples", ".ci")
+
+
+def sections(path):
+    """A page's headings and the bold lead-ins of its paragraphs and bullets ("**Name.**")."""
+    with open(path) as f:
+        text = re.sub(r"^```.*?^```", "", f.read(), flags=re.S | re.M)
+    found = {m.group(1) for m in re.finditer(r"^#{1,6}\s+(.*?)\s*$", text, flags=re.M)}
+    return found | {m.group(1) for m in re.finditer(r"^(?:- )?\*\*([^*]+?)\.?\*\*", text, flags=re.M)}
+
+
+def source_files():
+    for top in SOURCES:
+        path = os.path.join(ROOT, top)
+        if os.path.isfile(path):
+            yield path
+        for folder, dirs, files in os.walk(path):
+            dirs[:] = [d for d in dirs if not d.startswith((".", "__")) and d != "build"]
+            yield from (os.path.join(folder, f) for f in files
+                        if f.endswith((".md", ".py", ".sh", ".cpp", ".h", ".cu", ".cuh", ".txt"))
+                        or folder.endswith(".ci"))
+
+
+def test_section_pointers_name_a_section_that_exists():
+    bad, seen = [], 0
+    for path in source_files():
+        if os.path.samefile(path, __file__):
+            continue  # its examples above
+        with open(path, errors="replace") as f:
+            text = f.read()
+        for page, section in POINTER.findall(text):
+            base = ROOT if page.startswith("docs/") else os.path.dirname(path)
+            dest = os.path.join(base, page)
+            seen += 1
+            if not os.path.exists(dest) or section not in sections(dest):
+                bad.append(f'{rel(path)}: ({page}, "{section}")')
+    assert seen, "no pointer found: the pattern no longer matches how they are written"
+    assert not bad, "pointers to no such section:\n  " + "\n  ".join(bad)
+
+
+def test_the_python_versions_stated_are_the_ones_pyproject_admits():
+    import tomllib
+
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        floor = tomllib.load(f)["project"]["requires-python"]
+    for page in (README, os.path.join(ROOT, "docs", "install.md")):
+        with open(page) as f:
+            stated = re.findall(r"Python (3\.\d+) and (3\.\d+)", f.read())
+        assert stated, f"{rel(page)} no longer says which Python releases pycomm supports"
+        for low, _ in stated:
+            assert floor == f">={low}", f"{rel(page)} says Python {low}, pyproject.toml {floor}"

@@ -1,9 +1,8 @@
 """The pure pieces of bench/harness and pycomm.tools.results_schema, without ranks: size
 parsing and sweeps, each collective's layout, bus-bandwidth factor and exact reference, the
-table's format, the JSON schema's round trip and readers of the older shapes, and the
+table's format, the JSON schema's round trip and its refusal of other shapes, and the
 helpers of the timing. Fast: no process group, no spawned ranks."""
 import argparse
-import json
 import sys
 import types
 from pathlib import Path
@@ -241,19 +240,15 @@ def test_write_names_the_running_command(tmp_path, monkeypatch):
     assert schema.command_line() == "pycomm bench allreduce --json o.json"
 
 
-def test_load_reads_the_older_shapes(tmp_path):
-    old_cuda = tmp_path / "cuda.json"
-    old_cuda.write_text(json.dumps(dict(world=2, gpus=1, nccl="2.28.9", rows=[dict(name="nccl")])))
-    doc = schema.load(old_cuda)
-    assert doc["meta"] == dict(world=2, gpus=1, nccl="2.28.9") and doc["summary"] == []
-    assert doc["rows"] == [dict(name="nccl")]
-    for name in ("collectives_2ranks.json", "ddp_resnet50_2ranks.json"):  # what bench/results holds
-        assert schema.load(REPO / "bench" / "results" / name)["rows"]
+def test_load_reads_every_committed_file():
+    for path in sorted((REPO / "bench" / "results").glob("*.json")):
+        doc = schema.load(path)
+        assert doc["rows"] and doc["meta"]["schema"] == schema.SCHEMA_VERSION, path
 
 
-@pytest.mark.parametrize("text", ['{"meta": {}}', '{"rows": 3}', '"rows"', '[1, 2]',
+@pytest.mark.parametrize("text", ['{"meta": {}}', '{"rows": 3}', '"rows"', '[1, 2]', '[]',
                                   '{"rows": [], "meta": []}', '{"rows": [], "summary": {}}',
-                                  "not json"])
+                                  '{"rows": [], "world": 2}', "not json"])
 def test_load_refuses_other_shapes_naming_the_file(tmp_path, text):
     path = tmp_path / "bad.json"
     path.write_text(text)
@@ -274,15 +269,13 @@ def test_rows_filter_by_collective(tmp_path):
         assert len(schema.rows(source)) == 5
 
 
-def test_gpu_summary_reads_the_new_and_the_old_shapes():
+def test_gpu_summary_reads_what_the_benches_write():
     import gpu_summary  # bench/ is on sys.path
 
     rows = [dict(name="pycomm auto", bytes=8, count=2, world=2, us=10.0, wrong=0),
             dict(name="nccl", bytes=8, count=2, world=2, why="refused")]
-    new = dict(meta=dict(world=2, gpus=1, nccl="2.28.9"), rows=rows, summary=[])
-    old = dict(world=2, gpus=1, nccl="2.28.9", rows=rows)
-    assert gpu_summary.procs_lines("p", new) == gpu_summary.procs_lines("p", old)
-    assert gpu_summary.procs_lines("p", new)[0].startswith(
+    doc = dict(meta=dict(world=2, gpus=1, nccl="2.28.9"), rows=rows, summary=[])
+    assert gpu_summary.procs_lines("p", doc)[0].startswith(
         "p (2 processes on 1 GPU, NCCL 2.28.9): #wrong 0; nccl not run: refused")
     records = [dict(mode="stock", world_size=2, available=True, step_time_s=0.2, backend="gloo")]
     assert gpu_summary.ddp_lines("d", records) == gpu_summary.ddp_lines("d", dict(rows=records))

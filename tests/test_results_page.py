@@ -72,7 +72,7 @@ def test_tables_and_headline_come_from_the_files(tmp_path):
            "rows": [_collective_row(65536, 6.25, 437.5), _collective_row(16 << 20, 800.0, 9040.0)],
            "summary": [{"collective": "all_reduce", "line": "all_reduce: a summary line"}]}
     (results / "collectives_2ranks.json").write_text(json.dumps(doc))
-    # The old training layout: a bare list of rows, no meta.
+    # A training file without meta (no date, no command).
     steps = [0.30, 0.33, 0.36]
     train = [{"mode": "baseline", "world_size": 1, "step_time_s": 0.25, "images_per_s": 128.0,
               "model": "resnet50", "device": "cpu", "backend": "gloo", "image_size": 32,
@@ -82,7 +82,7 @@ def test_tables_and_headline_come_from_the_files(tmp_path):
                       "step_times_s": [s * step / 0.33 for s in steps], "images_per_s": 64 / step,
                       "speedup": 0.5 / step, "efficiency": 0.25 / step,
                       "over_no_comm": step / 0.30, "amdahl_f": 0.125})
-    (results / "ddp_resnet50_2ranks.json").write_text(json.dumps(train))
+    (results / "ddp_resnet50_2ranks.json").write_text(json.dumps({"rows": train}))
     readme = tmp_path / "README.md"
     readme.write_text("# x\n\n<!-- headline: written by scripts/results_page.py from "
                       "bench/results; do not edit -->\nold\n<!-- end of headline -->\n\ntail\n")
@@ -103,7 +103,7 @@ def test_tables_and_headline_come_from_the_files(tmp_path):
     assert ("| 65536 | 16384 | float32 | sum | 6.25 ±12% | 10.49 | 10.49 | 0 | "
             "437.50 ±50% | 0.15 | 0.15 | 0 | 70.0 | 0.25 | 2.5 | 0.40 |") in text, text
     assert "| pycomm us | algbw | busbw | #wrong | gloo us |" in text
-    # The bare list: the date falls back to git (none here: not committed), no command.
+    # No meta: the date falls back to git (none here: not committed), no command.
     ddp = text[text.index("## ddp_resnet50_2ranks"):]
     assert "- Command: not recorded" in ddp
     assert "T1 = 250.0 ms per step, 128.0 images/s" in ddp

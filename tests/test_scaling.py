@@ -378,7 +378,7 @@ def test_calibration_from_file_skips_bad_rows(tmp_path):
     rows.append(dict(rows[-1], pycomm_us=None, wrong=0))      # not measured: ignored
     rows.append(dict(rows[0], world_size=1, pycomm_us=1.0))   # one rank: no information
     path = tmp_path / "allreduce.json"
-    path.write_text(json.dumps(rows))
+    path.write_text(json.dumps({"rows": rows}))
     c = calibrate(path)
     assert c.rows == len(rows) - 3
     assert c.alpha_s == pytest.approx(10e-6, rel=1e-9)

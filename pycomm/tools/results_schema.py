@@ -11,25 +11,11 @@ A file is one object::
      "rows":    [{...one measurement...}, ...],
      "summary": [...the bench's closing lines, often empty...]}
 
-Rows keep the keys each bench has always written: the shared columns named below (``size``,
+Rows carry the shared columns named below (``size``,
 ``count``, ``dtype``, ``op``, ``world_size``, ``wrong``, ``pycomm_us``, ``stock_us``, ...) and
 per-peer columns ``<peer>_<field>`` (``gloo_us``, ``pycomm_backend_busbw``, ...), see
-:func:`column`.
-
-Migration (schema 1), for readers of the files the benches wrote before it:
-- ``bench/cuda_allreduce_perf.py --json`` wrote ``{"world", "gpus", "nccl", "rows"}``;
-  ``bench/bucket_kernels_perf.py --json`` wrote ``{"threads", "iters", "rows"}``. Both now
-  write the object above, those top-level facts under ``meta`` (``doc["meta"]["world"]``).
-- ``bench/ddp_hook_check.py --json`` wrote one object, its checks under ``"checks"``; now
-  each check is a row and the other facts (model, world, gpus, reference, ...) are ``meta``.
-- ``bench/ddp_resnet50.py --json`` wrote a bare list of per-mode rows; now the object
-  above, the list under ``rows`` (``load(path)["rows"]`` reads both).
-- ``bench/collectives_perf.py --json`` keeps its shape; meta gains schema, command, date.
-- ``bench/p2p_perf.py --json`` (new) writes collective rows whose ``collective`` is a
-  point-to-point pattern (:data:`P2P`), so that no reader takes them for all_reduce rows.
-Rows keep their keys in every file. :func:`load` reads the bare list and every older object
-with a "rows" list (its other top-level facts land in meta), so the files in bench/results
-keep working; a reader can call ``load(path)["rows"]`` or :func:`rows` and not care which.
+:func:`column`. :func:`load` reads this object and nothing else; :func:`rows` also takes a
+loaded document or a list of rows.
 """
 from __future__ import annotations
 
@@ -44,7 +30,7 @@ SCHEMA_VERSION = 1
 
 # --------------------------------------------------------------------------- shared columns
 # Columns every collective row carries (bench/collectives_perf.py), in nccl-tests' terms.
-COLLECTIVE = "collective"   # "all_reduce", "all_gather", ... (absent in old files: all_reduce)
+COLLECTIVE = "collective"   # "all_reduce", "all_gather", ... (a row without one: all_reduce)
 SIZE = "size"               # bytes of the larger of a rank's input and output
 COUNT = "count"             # elements, as nccl-tests counts them
 DTYPE = "dtype"
@@ -126,11 +112,8 @@ def _collective_name(name: Any) -> str:
 
 
 def load(path: Union[str, os.PathLike]) -> dict:
-    """{"meta": dict, "rows": [dict, ...], "summary": list} from a benchmark's JSON file.
-
-    Reads the current object and the older shapes (a bare list of rows; an object with
-    "rows" and other top-level facts, which land in meta). Anything else raises ValueError
-    naming the file."""
+    """{"meta": dict, "rows": [dict, ...], "summary": list} from a benchmark's JSON file
+    (ValueError naming the file for anything else)."""
     with open(path) as f:
         try:
             data = json.load(f)
@@ -143,13 +126,13 @@ def load(path: Union[str, os.PathLike]) -> dict:
 
 
 def document(data: Any) -> dict:
-    """{"meta", "rows", "summary"} from JSON already loaded, of any shape load() reads
-    (ValueError for any other)."""
-    if isinstance(data, list):
-        data = {"rows": data}
+    """{"meta", "rows", "summary"} from JSON already loaded (ValueError for any other shape)."""
     if not isinstance(data, Mapping) or not isinstance(data.get("rows"), list):
-        raise ValueError('expected a JSON list of rows or an object with a "rows" list, '
+        raise ValueError('expected an object with a "rows" list, '
                          f"got {type(data).__name__}")
+    unknown = sorted(set(data) - {"meta", "rows", "summary"})
+    if unknown:
+        raise ValueError(f"unknown top-level keys {unknown}: a bench's own facts go in meta")
     rows_ = data["rows"]
     bad = next((i for i, r in enumerate(rows_) if not isinstance(r, Mapping)), None)
     if bad is not None:
@@ -160,10 +143,6 @@ def document(data: Any) -> dict:
     if not isinstance(meta, Mapping):
         raise ValueError(f'"meta" is a {type(meta).__name__}, not an object')
     meta = dict(meta)
-    # Old top-level facts (cuda_allreduce_perf's world, gpus, nccl) move under meta.
-    for key, value in data.items():
-        if key not in ("meta", "rows", "summary"):
-            meta.setdefault(key, value)
     summary = data.get("summary")
     if summary is None:
         summary = []
@@ -176,11 +155,11 @@ def rows(source: Union[str, os.PathLike, Mapping, Sequence[Mapping]],
          collective: Optional[str] = None) -> list:
     """The rows of a file (path), a loaded document, or a list of rows; with `collective`
     ("all_reduce", "all_gather", ...), only that collective's rows (a row without a
-    collective column is an all_reduce row, as the oldest files are)."""
+    collective column is an all_reduce row)."""
     if isinstance(source, (str, os.PathLike)):
         out = load(source)["rows"]
     else:
-        out = document(source if isinstance(source, Mapping) else list(source))["rows"]
+        out = document(source if isinstance(source, Mapping) else {"rows": list(source)})["rows"]
     if collective is None:
         return out
     want = _collective_name(collective)
