@@ -25,10 +25,10 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 # harness first: it puts this checkout (built in place) ahead of an installed pycomm.
 from harness.checks import bitwise_wrong as wrong
+from harness.driver import write_json
 from harness.table import Column, Table
 from harness.timing import in_turns
 from pycomm import bucket_ops
-from pycomm.tools import results_schema as schema
 
 
 def resnet50_shapes():
@@ -175,8 +175,7 @@ def main():
     rows = run_workload("resnet50", resnet50_shapes(), args.iters)
     rows += run_workload("small tensors", small_shapes(args.small_count), args.iters)
     print_table(rows)
-    if args.json:
-        schema.write(args.json, rows, dict(threads=1, iters=args.iters))
+    write_json(args.json, rows, dict(threads=1, iters=args.iters))
 
 
 if __name__ == "__main__":

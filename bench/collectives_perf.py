@@ -18,7 +18,7 @@ Peers, measured side by side in one run, in turns:
              the caller when the communicator is idle)
   norestore  all_reduce only: the direct API without its restore-on-failure copy, to show
              what that guarantee costs
-  mpi        Open MPI through mpi4py on numpy buffers (bench/mpi_collectives.py: Allreduce,
+  mpi        Open MPI through mpi4py on numpy buffers (bench/mpi_worker.py: Allreduce,
              Bcast, Reduce, Allgather, Reduce_scatter_block, Alltoall), when `mpirun` and
              mpi4py are present. MPI is timed in its own `mpirun` launch, before the other
              peers start, not interleaved with them: its rounds are its own.
@@ -49,7 +49,7 @@ the output) for all_to_all. -b/-e/-f give the sizes; a size that is not a whole 
 elements (or of N chunks) is rounded down, to one element (chunk) at least, and the row
 shows the bytes actually moved. count is nccl-tests' count: the tensor's elements for
 all_reduce, broadcast and reduce, one chunk's (size / N) for the other three. The sweep
-always includes 64 KiB and 16 MiB when -b..-e covers them: the issue's targets are there.
+always includes 64 KiB and 16 MiB when -b..-e covers them: the summary judges there.
 
 Bandwidth, by nccl-tests' convention. algbw = size / time. busbw = algbw x a factor that
 makes it comparable with the bandwidth of a link, whatever the collective (N ranks):
@@ -82,8 +82,11 @@ allreduce_perf.py ceiling: two copies of the tensor.
 Ratios: `gloo/pyc` = gloo time / pycomm time; `pyc/mpi` = pycomm time / MPI time (all
 collectives; the all_reduce target is <= 1 at every size). "pycomm" in the ratios is the
 backend group, or for all_reduce the direct API when the backend is absent. The closing
-summary gives, per collective, the pycomm/gloo speedup at 64 KiB and 16 MiB against the
-issue's targets (>= 20x and >= 4x).
+summary judges, per collective at 64 KiB and 16 MiB, pycomm's time against the best peer
+measured in the run (the faster of Open MPI and DeepSpeed; target: at most its time) and
+the ceiling, each with the rounds' range (bench/harness/verdicts.py); gloo/pyc is printed
+beside them and judges nothing, its time swinging too much between runs. With --hosts the
+target is the hierarchical backend's: flat gloo takes at least 2x its time at 16 MiB.
 
 --json writes {"meta": ..., "rows": [...], "summary": [...]} (pycomm.tools.results_schema:
 meta also names the schema, the command and the date). A row has the common
@@ -98,23 +101,26 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 
-from harness.collectives import COLLECTIVES, NAMES, ROOT  # (harness puts pycomm on sys.path)
-from harness.launch import launch
+from harness import calibration, driver, verdicts  # (harness puts pycomm on sys.path)
+from harness.ceilings import ceiling_bytes
+from harness.collectives import COLLECTIVES, NAMES, ROOT
 from harness.patterns import DTYPES, OPS, PREMUL_FACTOR
 from harness.peers import deepspeed, fake_hosts, gloo, mpi
 from harness.peers import pycomm as pycomm_peers
 from harness.sizes import add_size_options, check_size_options, human, sweep
-from harness.sweep import Sweep, peer_columns
+from harness.sweep import Sweep, add_measurements, peer_table_columns, pycomm_wrong
 from harness.table import Column, Table
 from harness.world import World
 from pycomm.tools import results_schema as schema
 
-# The issue's targets: pycomm/gloo speedup at these sizes, for every collective.
-TARGETS = ((64 << 10, 20.0), (16 << 20, 4.0))
-# --hosts: the hierarchical all-reduce against flat gloo over all ranks (issue 10).
-HIER_TARGETS = ((16 << 20, 2.0),)
+# The sizes the summary judges, for every collective: latency-bound and bandwidth-bound.
+JUDGED_SIZES = (64 << 10, 16 << 20)
+# pycomm's time at most this times the best peer's, over the rounds.
+BEST_PEER_TARGET = 1.0
+# --hosts: flat gloo over all ranks takes at least this times the hierarchical all-reduce's
+# time at this size: gloo is the transport between hosts there, so it is the peer to beat.
+HIER_TARGET = (16 << 20, 2.0)
 # Which pycomm column the ratios call "pycomm", by preference.
 PRIMARY = (schema.PYCOMM_HIER, schema.PYCOMM_BACKEND, schema.PYCOMM_DIRECT)
 
@@ -151,82 +157,82 @@ def set_up_peers(args, world):
 
 
 def mpi_plan(args, sizes, esize, world_size):
-    """What bench/mpi_collectives.py measures: the same collectives, sizes and budget."""
+    """What Open MPI's launch measures: the same collectives, sizes and budget."""
     items = [dict(collective=c, **COLLECTIVES[c].layout(s, esize, world_size))
              for c in args.collectives for s in sizes]
-    return dict(dtype=args.dtype, op=args.op, rounds=args.rounds, min_time=args.min_time,
-                min_iters=args.min_iters, max_iters=args.max_iters, warmup=args.warmup,
-                root=ROOT, premul_factor=PREMUL_FACTOR, items=items)
+    return mpi.plan("collectives", args, items, op=args.op, root=ROOT,
+                    premul_factor=PREMUL_FACTOR)
 
 
 # --------------------------------------------------------------------------- rows
 
-def make_row(args, world, coll, lay, times, t_ceiling, wrong, peers, primary, mpi_rows):
+def make_row(args, world, coll, measured, peers, primary, mpi_rows):
+    lay, times, t_ceiling, wrong = measured
     n, nbytes = world.size, lay["size"]
     factor = coll.busbw_factor(n)
     row = dict(collective=coll.name, call=coll.call, size=nbytes, count=lay["count"],
                dtype=args.dtype, op=args.op if coll.reduces else "none", world_size=n,
                root=ROOT if coll.rooted else None, in_count=lay["in_numel"],
                out_count=lay["out_numel"], busbw_factor=factor,
-               ceiling_bytes=int(2 * nbytes * factor))
-    for p in peers:
-        if coll.name in p.calls:
-            row.update(peer_columns(p.key, times.get(p.key) or [], nbytes, factor,
-                                    wrong.get(p.key), p.failed.get(coll.name)))
-    if mpi_rows:
-        m = mpi_rows.get((coll.name, nbytes)) or {}
-        row.update(peer_columns(schema.MPI, [x * 1e-6 for x in m.get("rounds_us") or []],
-                                nbytes, factor, m.get("wrong"), m.get("note")))
-    t_ceil = statistics.median(t_ceiling)
-    row["ceiling_us"] = t_ceil * 1e6
-    prim = row.get(f"{primary.key}_us") if primary else None
-    row["pycomm_peer"] = primary.key if primary else None
-    row["frac_of_ceiling"] = t_ceil * 1e6 / prim if prim else None
-    g, mu = row.get("gloo_us"), row.get("mpi_us")
-    row["gloo_over_pycomm"] = g / prim if g and prim else None
-    row["pycomm_over_mpi"] = prim / mu if prim and mu else None
+               ceiling_bytes=ceiling_bytes(nbytes, factor))
+    add_measurements(row, coll.name, times, t_ceiling, wrong, peers, primary,
+                     (mpi_rows.get((coll.name, nbytes)) or {}) if mpi_rows else None)
     if primary is not None and primary.key == schema.PYCOMM_HIER:
-        f = row.get("pycomm_backend_us")
+        f, prim = row.get("pycomm_backend_us"), row.get("pycomm_hier_us")
         row["flat_over_hier"] = f / prim if f and prim else None
         row["hosts"] = args.hosts
     if coll.name == "all_reduce":
-        d = row.get("pycomm_direct_us")
+        d, mu = row.get("pycomm_direct_us"), row.get("mpi_us")
         row["direct_over_mpi"] = d / mu if d and mu else None
-        # What pycomm.tools.scaling.calibrate fits (see the module doc).
-        row.update(pycomm_us=d if d is not None else prim, stock_us=g,
-                   stock_backend=world.backend, stock_wrong=row.get("gloo_wrong"))
-    row["wrong"] = sum(row.get(schema.column(k, "wrong")) or 0 for k in schema.PYCOMM_PEERS)
+        calibration.calibrated_columns(row, world.backend)  # what the scaling model fits
+    row["wrong"] = pycomm_wrong(row)
     return row
+
+
+def judged_at(row, primary):
+    """One judged size's words and verdict: pycomm's time and its rounds, its ratio to the
+    best peer with the verdict, of_ceil, and gloo/pyc (which judges nothing)."""
+    j = verdicts.judge(row, primary.key, BEST_PEER_TARGET)
+    text = f"{human(row['size'])}: pycomm {verdicts.show(j['pycomm'], 1, ' us')}"
+    of_ceil = f", of_ceil {verdicts.show(j['of_ceil'])}"
+    if primary.key == schema.PYCOMM_HIER:
+        judged = (j["gloo"] and row["collective"] == "all_reduce"
+                  and row["size"] == HIER_TARGET[0])
+        met = verdicts.verdict(j["gloo"], at_least=HIER_TARGET[1]) if judged else None
+        text += f", flat gloo/hier {verdicts.show(j['gloo'], 1, 'x')}" + (
+            f" ({verdicts.verdict_text(j['gloo'], at_least=HIER_TARGET[1])}, "
+            f">= {HIER_TARGET[1]:g}x)" if judged else "")
+        return text + of_ceil, met
+    if j["best"] is None:
+        text += ", no Open MPI or DeepSpeed column: no verdict"
+        met = None
+    else:
+        name, best, met = j["best"]
+        text += (f", {verdicts.show(best, 2, 'x')} {name}'s time "
+                 f"({verdicts.verdict_text(best, BEST_PEER_TARGET)})")
+    return text + of_ceil + f"; gloo/pyc {verdicts.show(j['gloo'], 1, 'x')}", met
 
 
 def collective_summary(collective, rows, primary, has_mpi):
     who = {None: "", "pycomm_backend": "", "pycomm_hier": " (hierarchical)"}.get(
         primary.key if primary else None, " (direct API)")
     parts, met = [], []
-    targets = TARGETS
-    if primary is not None and primary.key == schema.PYCOMM_HIER:
-        targets = HIER_TARGETS if collective == "all_reduce" else \
-            tuple((size, None) for size, _ in TARGETS)  # no target: the speedups only
-    for size, target in targets:
+    for size in JUDGED_SIZES:
         r = next((r for r in rows if r["size"] == size), None)
-        s = r and r.get("gloo_over_pycomm")
-        if s is None:
+        if r is None or primary is None or not r.get(schema.column(primary.key, "rounds_us")):
             parts.append(f"{human(size)}: {'not in this sweep' if r is None else '-'}")
             met.append(None)
-        elif target is None:
-            parts.append(f"{s:.1f}x at {human(size)}")
-            met.append(None)
-        else:
-            ok = s >= target
-            parts.append(f"{s:.1f}x at {human(size)} ({'met' if ok else 'MISSED'}, >= {target:g}x)")
-            met.append(ok)
+            continue
+        text, ok = judged_at(r, primary)
+        parts.append(text)
+        met.append(ok)
     if primary is None:
-        line = f"{collective}: no pycomm column, no speedup"
+        line = f"{collective}: no pycomm column, no verdict"
     else:
-        line = f"{collective}{who}: pycomm/gloo " + ", ".join(parts)
+        line = f"{collective}{who}: " + "; ".join(parts)
     out = dict(collective=collective, pycomm_peer=primary.key if primary else None,
                speedups={str(size): next((r.get("gloo_over_pycomm") for r in rows
-                                          if r["size"] == size), None) for size, _ in TARGETS},
+                                          if r["size"] == size), None) for size in JUDGED_SIZES},
                targets_met=met)
     if has_mpi and collective == "all_reduce":
         for key, label in (("pycomm_over_mpi", "pycomm"), ("direct_over_mpi", "direct")):
@@ -253,12 +259,7 @@ def table_of(coll, peers, primary, has_mpi):
     cols = [Column("size", 11, "size", "d"), Column("count", 10, "count", "d"),
             Column("type", 8, "dtype"), Column("redop", 10, "op"), None]
     keys = [(p.label, p.key) for p in peers] + ([("mpi", schema.MPI)] if has_mpi else [])
-    for label, key in keys:
-        cols += [Column(f"{label} us", max(10, len(label) + 3), f"{key}_us", ".2f"),
-                 Column("+-%", 4, f"{key}_spread", ".0f", 100),
-                 Column("algbw", 7, f"{key}_algbw", ".2f"),
-                 Column("busbw", 7, f"{key}_busbw", ".2f"),
-                 Column("#wrong", 6, f"{key}_wrong", "d"), None]
+    cols += peer_table_columns(keys, (("algbw", "algbw", ".2f"), ("busbw", "busbw", ".2f")))
     cols.append(Column("gloo/pyc", 8, "gloo_over_pycomm", ".1f"))
     if primary is not None and primary.key == schema.PYCOMM_HIER:
         cols.append(Column("flat/hier", 9, "flat_over_hier", ".2f"))
@@ -277,50 +278,58 @@ def table_title(coll, n):
             f"x{coll.busbw_factor(n):.3g}; {coll.sized}")
 
 
-def print_header(args, world, peers, lines):
-    print(f"# pycomm collectives vs {world.backend}: {world.size} ranks, "
-          f"{args.dtype}, op={args.op}, algorithm={args.algorithm}, {args.rounds} rounds, "
-          f"{world.torch.get_num_threads()} thread(s) per rank")
-    print("# time: us, median of rounds of the slowest rank's per-call median; +-: spread "
-          "across rounds, %; algbw, busbw: GB/s (nccl-tests); #wrong: exact check, "
-          "summed over ranks")
-    for p in peers:
-        print(f"# {p.note}")
-    for line in lines:
-        print(f"# {line}")
-    print("# ceiling: every rank at once memcpys 2 x its bus bytes (size x busbw factor); "
-          "of_ceil = ceiling time / pycomm time")
-    sys.stdout.flush()
+def header_lines(args, world, peers, lines):
+    return [f"pycomm collectives vs {world.backend}: {world.size} ranks, {args.dtype}, "
+            f"op={args.op}, algorithm={args.algorithm}, {args.rounds} rounds, "
+            f"{world.torch.get_num_threads()} thread(s) per rank",
+            "time: us, median of rounds of the slowest rank's per-call median; +-: spread "
+            "across rounds, %; algbw, busbw: GB/s (nccl-tests); #wrong: exact check, "
+            "summed over ranks",
+            *(p.note for p in peers), *lines,
+            "ceiling: every rank at once memcpys 2 x its bus bytes (size x busbw factor); "
+            "of_ceil = ceiling time / pycomm time"]
 
 
-def report(args, world, rows, summary, peers, lines, mpi_meta):
+def summary_head(args, rows) -> str:
     total = sum(r["wrong"] for r in rows)
-    targets = HIER_TARGETS if args.hosts > 1 else TARGETS
-    print("# summary: pycomm/gloo speedup (targets: "
-          + ", ".join(f">= {x:g}x at {human(size)}" for size, x in targets) + "; "
-          f"pycomm #wrong total: {total}")
-    for s in summary:
-        print(f"#   {s['line']}")
-    if args.json:
-        meta = dict(world_size=world.size, dtype=args.dtype, op=args.op,
-                    algorithm=args.algorithm, rounds=args.rounds, collectives=args.collectives,
-                    hosts=args.hosts, stock_backend=world.backend,
-                    peers={p.key: p.note for p in peers}, notes=lines, mpi=mpi_meta or None,
-                    threads=world.torch.get_num_threads(),
-                    busbw="nccl-tests: all_reduce 2(n-1)/n; all_gather, reduce_scatter, "
-                          "all_to_all (n-1)/n; broadcast, reduce 1",
-                    size="bytes of the larger of a rank's input and output",
-                    ceiling="every rank at once memcpys 2 x size x busbw_factor bytes")
-        schema.write(args.json, rows, meta, summary)
-        print(f"# wrote {args.json}")
-    sys.stdout.flush()
+    if args.hosts > 1:
+        size, times = HIER_TARGET
+        target = f"flat gloo takes >= {times:g}x the hierarchical all-reduce's time at {human(size)}"
+    else:
+        target = (f"pycomm's time at most {BEST_PEER_TARGET:g}x the best peer's (Open MPI, "
+                  f"DeepSpeed) at {' and '.join(human(s) for s in JUDGED_SIZES)}")
+    return (f"summary, median (range over the rounds); target: {target}; gloo/pyc judges "
+            f"nothing; pycomm #wrong total: {total}")
+
+
+def meta_of(args, world, peers, lines, mpi_meta) -> dict:
+    return dict(world_size=world.size, dtype=args.dtype, op=args.op, algorithm=args.algorithm,
+                rounds=args.rounds, collectives=args.collectives, hosts=args.hosts,
+                stock_backend=world.backend, peers={p.key: p.note for p in peers}, notes=lines,
+                mpi=mpi_meta or None, threads=world.torch.get_num_threads(),
+                busbw="nccl-tests: all_reduce 2(n-1)/n; all_gather, reduce_scatter, "
+                      "all_to_all (n-1)/n; broadcast, reduce 1",
+                size="bytes of the larger of a rank's input and output",
+                ceiling="every rank at once memcpys 2 x size x busbw_factor bytes")
 
 
 # --------------------------------------------------------------------------- one rank
 
+def warm_up(world, peers, dtype):
+    """Every all-reduce path once over (page faults, lazy initialisation, CPU clocks), so that
+    the first row is not charged for it; a peer that fails drops all_reduce."""
+    warm = world.torch.zeros(256, dtype=dtype)
+    for p in peers:
+        if "all_reduce" in p.calls:
+            _, err = world.on_every_rank(
+                lambda: [p.calls["all_reduce"](warm, warm) for _ in range(200)])
+            if err:
+                p.failed["all_reduce"] = f"warm-up: {err}"
+
+
 def run(args):
     world = World()
-    sizes = sweep(args.minbytes, args.maxbytes, args.stepfactor, include=[t for t, _ in TARGETS])
+    sizes = sweep(args.minbytes, args.maxbytes, args.stepfactor, include=JUDGED_SIZES)
     dtype = getattr(world.torch, args.dtype)
     esize = world.torch.empty((), dtype=dtype).element_size()
     mpi_rows, mpi_meta, mpi_note = mpi.column(world, args.no_mpi,
@@ -330,49 +339,36 @@ def run(args):
     if mpi_note:
         lines.append(mpi_note)
     if world.rank == 0:
-        print_header(args, world, peers, lines)
+        driver.print_header(header_lines(args, world, peers, lines))
 
     barrier = world.dist.barrier
     if any(p.key == schema.PYCOMM_DIRECT for p in peers):
         import pycomm
 
         barrier = pycomm.barrier  # aligns the ceiling's copies more tightly than gloo's
-    # Warm every path up once (page faults, lazy initialisation, CPU clocks) so that the
-    # first row is not charged for it.
-    warm = world.torch.zeros(256, dtype=dtype)
-    for p in peers:
-        if "all_reduce" in p.calls:
-            _, err = world.on_every_rank(
-                lambda: [p.calls["all_reduce"](warm, warm) for _ in range(200)])
-            if err:
-                p.failed["all_reduce"] = f"warm-up: {err}"
-
+    warm_up(world, peers, dtype)
     measure = Sweep(world, args.dtype, args.op, args.rounds, args.min_time, args.min_iters,
                     args.max_iters, args.warmup, barrier)
-    rows, summary = [], []
-    for name in args.collectives:
-        coll = COLLECTIVES[name]
-        active = [p for p in peers if name in p.calls]
-        primary = next((p for key in PRIMARY for p in active if p.key == key), None)
-        table = table_of(coll, active, primary, bool(mpi_rows))
-        if world.rank == 0:
-            print(table_title(coll, world.size))
-            print(table.header(), flush=True)
-        mine = []
-        for size in sizes:
-            measured = measure.measure(coll, size, active)
-            mine.append(make_row(args, world, coll, *measured, peers, primary, mpi_rows))
-            if world.rank == 0:
-                print(table.row(mine[-1]), flush=True)
-        rows += mine
-        summary.append(collective_summary(name, mine, primary, bool(mpi_rows)))
-        if world.rank == 0:
-            for p in active:
-                if name in p.failed:
-                    print(f"# {p.label} dropped for {name}: {p.failed[name]}")
-            print(f"# {summary[-1]['line']}\n", flush=True)
+
+    def active(name):
+        return [p for p in peers if name in p.calls]
+
+    def primary(name):
+        return next((p for key in PRIMARY for p in active(name) if p.key == key), None)
+
+    rows, summary = driver.sweep_tables(
+        world, args.collectives, sizes, peers=peers,
+        measure=lambda name, size: measure.measure(COLLECTIVES[name], size, active(name)),
+        table_of=lambda name: table_of(COLLECTIVES[name], active(name), primary(name),
+                                       bool(mpi_rows)),
+        title_of=lambda name: table_title(COLLECTIVES[name], world.size),
+        row_of=lambda name, measured: make_row(args, world, COLLECTIVES[name], measured,
+                                               peers, primary(name), mpi_rows),
+        summary_of=lambda name, mine: collective_summary(name, mine, primary(name),
+                                                         bool(mpi_rows)))
     if world.rank == 0:
-        report(args, world, rows, summary, peers, lines, mpi_meta)
+        driver.report(args, summary_head(args, rows), summary, rows,
+                      meta_of(args, world, peers, lines, mpi_meta))
 
 
 # --------------------------------------------------------------------------- the command
@@ -396,35 +392,15 @@ def parse_args(argv=None):
                         f"(premul_sum: x{PREMUL_FACTOR:g})")
     p.add_argument("--algorithm", default="auto", metavar="NAME",
                    help="auto | ring | direct: the direct API's algorithm")
-    p.add_argument("--min-time", type=float, default=0.3, metavar="SECONDS",
-                   help="seconds of calls per size and peer, over all rounds")
-    p.add_argument("--rounds", type=int, default=3, metavar="N",
-                   help="times each peer is measured per size, in turns")
-    p.add_argument("--min-iters", type=int, default=5, metavar="CALLS",
-                   help="calls per measurement, at least")
-    p.add_argument("--max-iters", type=int, default=20000, metavar="CALLS",
-                   help="calls per measurement, at most")
-    p.add_argument("-w", "--warmup", type=int, default=5, metavar="CALLS",
-                   help="untimed calls before each measurement")
+    driver.add_sweep_options(p, "size and peer")
     p.add_argument("--no-stock", action="store_true",
                    help="skip the stock backend (gloo): no gloo columns or ratio")
     p.add_argument("--no-direct", action="store_true", help="skip pycomm.all_reduce's columns")
-    p.add_argument("--no-mpi", action="store_true", help="skip the Open MPI column")
     p.add_argument("--no-deepspeed", action="store_true", help="skip the DeepSpeed column")
-    p.add_argument("--mpi-timeout", type=float, default=3600, metavar="SECONDS",
-                   help="seconds the mpirun launch may take")
     p.add_argument("--pycomm-backend", default="pycomm", help=argparse.SUPPRESS)  # development
-    p.add_argument("--json", metavar="PATH", help="write the rows (and a summary) to this file")
     args = p.parse_args(argv)
     check_size_options(p, args)
-    names = [c.strip() for c in args.collective.split(",") if c.strip()]
-    if names == ["all"]:
-        names = list(NAMES)
-    bad = [c for c in names if c not in COLLECTIVES]
-    if bad or not names:
-        p.error(f"--collective: unknown {', '.join(bad) or '(none)'}; choose from "
-                f"{', '.join(NAMES)}")
-    args.collectives = list(dict.fromkeys(names))
+    args.collectives = driver.chosen_names(p, "collective", args.collective, NAMES)
     if args.hosts < 1 or (args.hosts > 1 and args.nproc % args.hosts):
         p.error(f"--hosts: {args.hosts} does not divide the {args.nproc} ranks")
     if args.rounds < 1 or args.min_iters < 1:
@@ -432,10 +408,5 @@ def parse_args(argv=None):
     return args
 
 
-def main(argv=None):
-    args = parse_args(argv)
-    launch(run, args, args.nproc)
-
-
 if __name__ == "__main__":
-    main()
+    driver.main(parse_args, run)

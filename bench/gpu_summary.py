@@ -19,6 +19,8 @@ import os
 import re
 import sys
 
+from harness.sizes import human  # standard library only: no torch
+
 
 def _load_results_schema():
     """pycomm.tools.results_schema, loaded from its file: importing it as pycomm.tools would
@@ -102,13 +104,6 @@ def read_steps(out):
 
 # --------------------------------------------------------------------------- the lines
 
-def _size(b):
-    for unit, scale in (("M", 1 << 20), ("K", 1 << 10)):
-        if b >= scale and b % scale == 0:
-            return f"{b // scale}{unit}"
-    return f"{b}B"
-
-
 def _dry(name, data):
     """A driver's dry run (bench/dry_run.py): whether it parsed and imported, and its plan."""
     missing = data.get("missing")
@@ -166,7 +161,7 @@ def threads_lines(name, data, facts):
     for size in SHOWN_SIZES:
         rs = [r for r in rows if r["bytes"] == size]
         if rs:
-            lines.append(f"  {_size(size):>5}: " + "; ".join(
+            lines.append(f"  {human(size):>7}: " + "; ".join(
                 f"{r['algorithm']} {r['time_us']:.1f} us ({r['time_us'] / r['floor_us']:.2f}x floor)"
                 + (f" busbw {r['busbw_gbs']:.0f} GB/s" if size >= (1 << 20) else "")
                 + (f" WRONG {r['wrong']}" if r.get("wrong") else "") for r in rs))
@@ -199,7 +194,7 @@ def procs_lines(name, data):
     for size in SHOWN_SIZES:
         rs = [r for r in rows if r["bytes"] == size and "us" in r]
         if rs:
-            lines.append(f"  {_size(size):>5}: " + "; ".join(f"{r['name']} {r['us']:.1f} us" for r in rs))
+            lines.append(f"  {human(size):>7}: " + "; ".join(f"{r['name']} {r['us']:.1f} us" for r in rs))
     return lines
 
 

@@ -29,7 +29,7 @@ Peers, measured side by side in one run, in turns:
            pycomm - pyc-c10d at the smallest size is torch's own per-call cost, which the
            latency summary prints beside pycomm / (mpi + that cost)
   gloo     the default group, which the bench starts with gloo
-  mpi      Open MPI through mpi4py on numpy buffers (bench/mpi_p2p.py: Send/Recv ping-pong;
+  mpi      Open MPI through mpi4py on numpy buffers (bench/mpi_worker.py: Send/Recv ping-pong;
            Isend window, Irecv window, Waitall, Send ack; Irecv + Isend, Waitall), when
            `mpirun` and mpi4py are present; timed in its own `mpirun` launch before the
            other peers start, not interleaved with them: its rounds are its own
@@ -64,23 +64,19 @@ gloo, mpi.
 from __future__ import annotations
 
 import argparse
-import os
-import statistics
-import sys
 
-from harness.launch import launch  # (harness puts pycomm on sys.path)
+from harness import driver  # (harness puts pycomm on sys.path)
 from harness.p2p import NAMES, PATTERNS, buffers, layout, through_backend, through_dist
 from harness.p2p_sweep import P2PSweep
 from harness.peers import mpi
 from harness.peers import pycomm as pycomm_peers
 from harness.peers.peer import Peer
 from harness.sizes import add_size_options, check_size_options, human, parse_size, sweep
-from harness.sweep import peer_columns
+from harness.sweep import add_measurements, peer_table_columns, pycomm_wrong
 from harness.table import Column, Table
 from harness.world import World
 from pycomm.tools import results_schema as schema
 
-MPI_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mpi_p2p.py")
 DTYPES = ("float32", "uint8")
 
 
@@ -121,33 +117,18 @@ def mpi_plan(args, sizes, esize):
     items = [dict(pattern=name, **layout(PATTERNS[name], s, esize, args.window,
                                          args.window_bytes))
              for name in args.patterns for s in sizes]
-    return dict(dtype=args.dtype, rounds=args.rounds, min_time=args.min_time,
-                min_iters=args.min_iters, max_iters=args.max_iters, warmup=args.warmup,
-                items=items)
+    return mpi.plan("p2p", args, items)
 
 
-def make_row(args, world, pattern, lay, times, t_ceiling, wrong, peers, primary, mpi_rows):
+def make_row(args, world, pattern, measured, peers, primary, mpi_rows):
+    lay, times, t_ceiling, wrong = measured
     nbytes, factor = lay["size"], pattern.busbw_factor
     row = dict(collective=pattern.collective, call=pattern.call, size=nbytes,
                count=lay["count"], dtype=args.dtype, op="none", world_size=world.size,
                window=lay["window"], busbw_factor=factor, ceiling_bytes=nbytes * factor)
-    for p in peers:
-        if pattern.name in p.calls:
-            row.update(peer_columns(p.key, times.get(p.key) or [], nbytes, factor,
-                                    wrong.get(p.key), p.failed.get(pattern.name)))
-    if mpi_rows:
-        m = mpi_rows.get((pattern.collective, nbytes)) or {}
-        row.update(peer_columns(schema.MPI, [x * 1e-6 for x in m.get("rounds_us") or []],
-                                nbytes, factor, m.get("wrong"), m.get("note")))
-    t_ceil = statistics.median(t_ceiling)
-    row["ceiling_us"] = t_ceil * 1e6
-    prim = row.get(schema.column(primary.key, "us")) if primary else None
-    row["pycomm_peer"] = primary.key if primary else None
-    row["frac_of_ceiling"] = t_ceil * 1e6 / prim if prim else None
-    g, mu = row.get("gloo_us"), row.get("mpi_us")
-    row["gloo_over_pycomm"] = g / prim if g and prim else None
-    row["pycomm_over_mpi"] = prim / mu if prim and mu else None
-    row["wrong"] = sum(row.get(schema.column(k, "wrong")) or 0 for k in schema.PYCOMM_PEERS)
+    add_measurements(row, pattern.name, times, t_ceiling, wrong, peers, primary,
+                     (mpi_rows.get((pattern.collective, nbytes)) or {}) if mpi_rows else None)
+    row["wrong"] = pycomm_wrong(row)
     return row
 
 
@@ -186,11 +167,7 @@ def table_of(pattern, peers, has_mpi):
         cols.append(Column("window", 6, "window", "d"))
     cols.append(None)
     keys = [(p.label, p.key) for p in peers] + ([("mpi", schema.MPI)] if has_mpi else [])
-    for label, key in keys:
-        cols += [Column(f"{label} us", max(10, len(label) + 3), f"{key}_us", ".2f"),
-                 Column("+-%", 4, f"{key}_spread", ".0f", 100),
-                 Column("GB/s", 7, f"{key}_busbw", ".3f"),
-                 Column("#wrong", 6, f"{key}_wrong", "d"), None]
+    cols += peer_table_columns(keys, (("GB/s", "busbw", ".3f"),))
     cols.append(Column("gloo/pyc", 8, "gloo_over_pycomm", ".2f"))
     if has_mpi:
         cols.append(Column("pyc/mpi", 7, "pycomm_over_mpi", ".2f"))
@@ -209,40 +186,28 @@ def table_title(pattern):
     return f"## {pattern.name} ({pattern.calls}; {pattern.osu}): us = {time}, GB/s = {gbs}"
 
 
-def print_header(args, world, peers, lines):
-    print(f"# pycomm point-to-point vs {world.backend}: {world.size} ranks in pairs "
-          f"(2k sends to 2k+1), {args.dtype}, {args.rounds} rounds, window {args.window} "
-          f"(at most {human(args.window_bytes)}), {world.torch.get_num_threads()} thread(s) "
-          f"per rank")
-    print("# time: us, median of rounds of the slowest rank's per-call median, per unit; +-: "
-          "spread across rounds, %; #wrong: exact check, summed over ranks")
-    for p in peers:
-        print(f"# {p.note}")
-    for line in lines:
-        print(f"# {line}")
-    print("# ceiling: both ranks at once memcpy size x busbw_factor bytes (a staged transfer's "
-          "copy in and copy out, overlapped); of_ceil = ceiling time / pycomm time")
-    sys.stdout.flush()
+def header_lines(args, world, peers, lines):
+    return [f"pycomm point-to-point vs {world.backend}: {world.size} ranks in pairs "
+            f"(2k sends to 2k+1), {args.dtype}, {args.rounds} rounds, window {args.window} "
+            f"(at most {human(args.window_bytes)}), {world.torch.get_num_threads()} thread(s) "
+            f"per rank",
+            "time: us, median of rounds of the slowest rank's per-call median, per unit; +-: "
+            "spread across rounds, %; #wrong: exact check, summed over ranks",
+            *(p.note for p in peers), *lines,
+            "ceiling: both ranks at once memcpy size x busbw_factor bytes (a staged transfer's "
+            "copy in and copy out, overlapped); of_ceil = ceiling time / pycomm time"]
 
 
-def report(args, world, rows, summary, peers, lines, mpi_meta):
-    total = sum(r["wrong"] for r in rows)
-    print(f"# summary (pycomm #wrong total: {total}):")
-    for s in summary:
-        print(f"#   {s['line']}")
-    if args.json:
-        meta = dict(world_size=world.size, dtype=args.dtype, rounds=args.rounds,
-                    window=args.window, window_bytes=args.window_bytes,
-                    patterns=args.patterns, stock_backend=world.backend,
-                    peers={p.key: p.note for p in peers}, notes=lines, mpi=mpi_meta or None,
-                    threads=world.torch.get_num_threads(),
-                    time="per unit: latency half a round trip, bw one message of the window, "
-                         "bibw one exchange",
-                    size="bytes of one message",
-                    ceiling="both ranks at once memcpy size x busbw_factor bytes")
-        schema.write(args.json, rows, meta, summary)
-        print(f"# wrote {args.json}")
-    sys.stdout.flush()
+def meta_of(args, world, peers, lines, mpi_meta) -> dict:
+    return dict(world_size=world.size, dtype=args.dtype, rounds=args.rounds,
+                window=args.window, window_bytes=args.window_bytes,
+                patterns=args.patterns, stock_backend=world.backend,
+                peers={p.key: p.note for p in peers}, notes=lines, mpi=mpi_meta or None,
+                threads=world.torch.get_num_threads(),
+                time="per unit: latency half a round trip, bw one message of the window, "
+                     "bibw one exchange",
+                size="bytes of one message",
+                ceiling="both ranks at once memcpy size x busbw_factor bytes")
 
 
 def run(args):
@@ -253,12 +218,12 @@ def run(args):
     measure_settings = (args.rounds, args.min_time, args.min_iters, args.max_iters, args.warmup)
     esize = 4 if args.dtype == "float32" else 1
     mpi_rows, mpi_meta, mpi_note = mpi.column(world, args.no_mpi, mpi_plan(args, sizes, esize),
-                                              args.mpi_timeout, worker=MPI_WORKER)
+                                              args.mpi_timeout)
     peers, lines, group = set_up_peers(world)
     if mpi_note:
         lines.append(mpi_note)
     if world.rank == 0:
-        print_header(args, world, peers, lines)
+        driver.print_header(header_lines(args, world, peers, lines))
     # The pycomm group's barrier, where there is one, aligns the ceiling's copies more
     # tightly than gloo's.
     barrier = (lambda: world.dist.barrier(group=group)) if group is not None else world.barrier
@@ -266,28 +231,18 @@ def run(args):
                        args.window_bytes)
     warm_up(world, measure, peers, args.patterns)
     primary = next((p for p in peers if p.key == schema.PYCOMM_BACKEND), None)
-    rows, summary = [], []
-    for name in args.patterns:
-        pattern = PATTERNS[name]
-        table = table_of(pattern, peers, bool(mpi_rows))
-        if world.rank == 0:
-            print(table_title(pattern))
-            print(table.header(), flush=True)
-        mine = []
-        for size in sizes:
-            measured = measure.measure(pattern, size, peers)
-            mine.append(make_row(args, world, pattern, *measured, peers, primary, mpi_rows))
-            if world.rank == 0:
-                print(table.row(mine[-1]), flush=True)
-        rows += mine
-        summary.append(pattern_summary(pattern, mine, primary))
-        if world.rank == 0:
-            for p in peers:
-                if name in p.failed:
-                    print(f"# {p.label} dropped for {name}: {p.failed[name]}")
-            print(f"# {summary[-1]['line']}\n", flush=True)
+    rows, summary = driver.sweep_tables(
+        world, args.patterns, sizes, peers=peers,
+        measure=lambda name, size: measure.measure(PATTERNS[name], size, peers),
+        table_of=lambda name: table_of(PATTERNS[name], peers, bool(mpi_rows)),
+        title_of=lambda name: table_title(PATTERNS[name]),
+        row_of=lambda name, measured: make_row(args, world, PATTERNS[name], measured, peers,
+                                               primary, mpi_rows),
+        summary_of=lambda name, mine: pattern_summary(PATTERNS[name], mine, primary))
     if world.rank == 0:
-        report(args, world, rows, summary, peers, lines, mpi_meta)
+        total = sum(r["wrong"] for r in rows)
+        driver.report(args, f"summary (pycomm #wrong total: {total}):", summary, rows,
+                      meta_of(args, world, peers, lines, mpi_meta))
 
 
 def parse_args(argv=None):
@@ -305,29 +260,10 @@ def parse_args(argv=None):
                    help="bw: messages in flight per call (osu_bw's window)")
     p.add_argument("--window-bytes", type=parse_size, default="256M", metavar="SIZE",
                    help="bw: a window holds at most this many bytes (one message at least)")
-    p.add_argument("--min-time", type=float, default=0.3, metavar="SECONDS",
-                   help="seconds of calls per pattern, size and peer, over all rounds")
-    p.add_argument("--rounds", type=int, default=3, metavar="N",
-                   help="times each peer is measured per size, in turns")
-    p.add_argument("--min-iters", type=int, default=5, metavar="CALLS",
-                   help="calls per measurement, at least")
-    p.add_argument("--max-iters", type=int, default=20000, metavar="CALLS",
-                   help="calls per measurement, at most")
-    p.add_argument("-w", "--warmup", type=int, default=5, metavar="CALLS",
-                   help="untimed calls before each measurement")
-    p.add_argument("--no-mpi", action="store_true", help="skip the Open MPI column")
-    p.add_argument("--mpi-timeout", type=float, default=3600, metavar="SECONDS",
-                   help="seconds the mpirun launch may take")
-    p.add_argument("--json", metavar="PATH", help="write the rows (and a summary) to this file")
+    driver.add_sweep_options(p, "pattern, size and peer")
     args = p.parse_args(argv)
     check_size_options(p, args)
-    names = [n.strip() for n in args.pattern.split(",") if n.strip()]
-    if names == ["all"]:
-        names = list(NAMES)
-    bad = [n for n in names if n not in PATTERNS]
-    if bad or not names:
-        p.error(f"--pattern: unknown {', '.join(bad) or '(none)'}; choose from {', '.join(NAMES)}")
-    args.patterns = list(dict.fromkeys(names))
+    args.patterns = driver.chosen_names(p, "pattern", args.pattern, NAMES)
     if args.nproc < 2 or args.nproc % 2:
         p.error(f"--nproc: ranks pair up, so an even number >= 2, got {args.nproc}")
     if args.window < 1 or args.rounds < 1 or args.min_iters < 1:
@@ -335,10 +271,5 @@ def parse_args(argv=None):
     return args
 
 
-def main(argv=None):
-    args = parse_args(argv)
-    launch(run, args, args.nproc)
-
-
 if __name__ == "__main__":
-    main()
+    driver.main(parse_args, run)

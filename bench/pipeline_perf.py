@@ -51,11 +51,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 
-from harness import pipeline_model as pm  # (harness puts pycomm on sys.path)
-from harness.launch import launch, under_torchrun
+from harness import driver  # (harness puts pycomm on sys.path)
+from harness import pipeline_model as pm
+from harness.launch import under_torchrun
 from harness.peers import pycomm as pycomm_peers
 from harness.sizes import human
 from harness.table import Column, Table
@@ -220,19 +220,18 @@ def table_of() -> Table:
     return Table(cols)
 
 
-def print_header(args, world, note):
-    print(f"# 1F1B pipeline step, pycomm vs {world.backend}: {world.size} ranks, one stage each "
-          f"(linear + tanh), {args.dtype}, {args.microbatches} microbatches, {args.rounds} rounds "
-          f"of {args.steps} steps (+{args.warmup} warm-up), "
-          f"{world.torch.get_num_threads()} thread(s) per rank")
-    print("# us: a step (zero_grad, schedule step, SGD step), median of rounds of the median "
-          "step of the slowest rank; +-: spread across rounds, %; message: one activation")
-    print(f"# {note}")
-    print("# gloo = the default group; no-comm = each rank's stage compute alone, every rank "
-          "at once (the ceiling); 1-proc = the unsplit model on rank 0 alone")
-    print("# gloo/pyc = gloo / pycomm; of_ceil = no-comm / pycomm; speedup = 1-proc / pycomm; "
-          "#wrong: weight elements where pycomm's copy differs from gloo's, over the ranks")
-    sys.stdout.flush()
+def header_lines(args, world, note):
+    return [f"1F1B pipeline step, pycomm vs {world.backend}: {world.size} ranks, one stage each "
+            f"(linear + tanh), {args.dtype}, {args.microbatches} microbatches, {args.rounds} "
+            f"rounds of {args.steps} steps (+{args.warmup} warm-up), "
+            f"{world.torch.get_num_threads()} thread(s) per rank",
+            "us: a step (zero_grad, schedule step, SGD step), median of rounds of the median "
+            "step of the slowest rank; +-: spread across rounds, %; message: one activation",
+            note,
+            "gloo = the default group; no-comm = each rank's stage compute alone, every rank "
+            "at once (the ceiling); 1-proc = the unsplit model on rank 0 alone",
+            "gloo/pyc = gloo / pycomm; of_ceil = no-comm / pycomm; speedup = 1-proc / pycomm; "
+            "#wrong: weight elements where pycomm's copy differs from gloo's, over the ranks"]
 
 
 def run(args):
@@ -248,7 +247,7 @@ def run(args):
             f"pycomm = dist.new_group(backend={pycomm_peers.BACKEND!r}) as the stages' group")
     table = table_of()
     if world.rank == 0:
-        print_header(args, world, note)
+        driver.print_header(header_lines(args, world, note))
         print(table.header(), flush=True)
     rows = []
     for hidden in args.hidden:
@@ -264,20 +263,15 @@ def run(args):
                        f"{min(r['frac_of_ceiling'] for r in rows):.2f}.."
                        f"{max(r['frac_of_ceiling'] for r in rows):.2f}, #wrong total "
                        f"{sum(r['wrong'] for r in rows)}")
-    for line in summary:
-        print(f"# summary: {line}")
-    if args.json:
-        meta = dict(world_size=world.size, dtype=args.dtype, schedule="1F1B",
-                    microbatches=args.microbatches, microbatch_size=args.microbatch_size,
-                    rounds=args.rounds, steps=args.steps, warmup=args.warmup,
-                    stock_backend=world.backend, notes=[note],
-                    threads=world.torch.get_num_threads(),
-                    time="one step, median of rounds of the median step of the slowest rank",
-                    size="bytes of one activation message between two stages",
-                    ceiling="no-comm: each rank's stage compute alone, every rank at once")
-        schema.write(args.json, rows, meta, summary)
-        print(f"# wrote {args.json}")
-    sys.stdout.flush()
+    meta = dict(world_size=world.size, dtype=args.dtype, schedule="1F1B",
+                microbatches=args.microbatches, microbatch_size=args.microbatch_size,
+                rounds=args.rounds, steps=args.steps, warmup=args.warmup,
+                stock_backend=world.backend, notes=[note],
+                threads=world.torch.get_num_threads(),
+                time="one step, median of rounds of the median step of the slowest rank",
+                size="bytes of one activation message between two stages",
+                ceiling="no-comm: each rank's stage compute alone, every rank at once")
+    driver.report(args, "summary:", summary, rows, meta)
 
 
 def positive_ints(text: str) -> list:
@@ -307,7 +301,7 @@ def parse_args(argv=None):
     p.add_argument("--steps", type=int, default=10, metavar="N", help="timed steps a round")
     p.add_argument("-w", "--warmup", type=int, default=2, metavar="N",
                    help="untimed steps before each round's")
-    p.add_argument("--json", metavar="PATH", help="write the rows (and a summary) to this file")
+    driver.add_json_option(p)
     args = p.parse_args(argv)
     if args.nproc < 2:
         p.error(f"--nproc: a pipeline needs 2 ranks or more, got {args.nproc}")
@@ -320,10 +314,5 @@ def parse_args(argv=None):
     return args
 
 
-def main(argv=None):
-    args = parse_args(argv)
-    launch(run, args, args.nproc)
-
-
 if __name__ == "__main__":
-    main()
+    driver.main(parse_args, run)

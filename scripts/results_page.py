@@ -35,15 +35,17 @@ HEADLINE_BEGIN = "<!-- headline: written by scripts/results_page.py from bench/r
 HEADLINE_END = "<!-- end of headline -->"
 
 
-def _schema():
-    path = os.path.join(ROOT, "pycomm", "tools", "results_schema.py")
-    spec = importlib.util.spec_from_file_location("pycomm_results_schema", path)
+def _load(name, *parts):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, *parts))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-schema = _schema()
+schema = _load("pycomm_results_schema", "pycomm", "tools", "results_schema.py")
+# How the drivers judge a time (the best peer, the ceiling, the rounds' range): the headline
+# judges the same way.
+verdicts = _load("bench_verdicts", "bench", "harness", "verdicts.py")
 
 
 # --------------------------------------------------------------------------- numbers
@@ -456,22 +458,31 @@ def _row(doc: dict, collective: str, size: int) -> Optional[dict]:
 
 
 def headline(results_dir: str, page_link: str = "docs/results.md") -> List[str]:
-    """Two or three ratios from the committed runs, each linked to its table. A file or a row
-    that is not there drops its line."""
+    """The committed runs' ratios to what was measured beside pycomm (the fastest peer, the
+    ceiling, the no-communication step), with the rounds' range, each linked to its table. A
+    file or a row that is not there drops its line."""
     lines = []
     path = os.path.join(results_dir, "collectives_2ranks.json")
     if os.path.exists(path):
         doc = schema.load(path)
-        small, large = _row(doc, "all_reduce", 64 << 10), _row(doc, "all_reduce", 16 << 20)
+        rows = [_row(doc, "all_reduce", size) for size in (64 << 10, 16 << 20)]
         link = f"{page_link}#{anchor('all_reduce (collectives_2ranks)')}"
-        if small and large and not _missing(small.get(schema.GLOO_OVER_PYCOMM)) \
-                and not _missing(large.get(schema.GLOO_OVER_PYCOMM)):
-            text = (f"- **All-reduce, 2 CPU ranks, float32**: gloo takes "
-                    f"{ratio(small[schema.GLOO_OVER_PYCOMM])}x pycomm's time at 64 KiB and "
-                    f"{ratio(large[schema.GLOO_OVER_PYCOMM])}x at 16 MiB")
-            if not _missing(large.get(schema.PYCOMM_OVER_MPI)):
-                text += (f"; pycomm takes {ratio(large[schema.PYCOMM_OVER_MPI])} of Open MPI's "
-                         "time at 16 MiB")
+        judged = [verdicts.judge(r, r.get(schema.PYCOMM_PEER) or schema.PYCOMM_BACKEND)
+                  for r in rows if r]
+        if len(judged) == 2 and all(j["pycomm"] and j["of_ceil"] for j in judged):
+            small, large = judged
+            text = (f"- **All-reduce, 2 CPU ranks, float32**, median (range over the rounds): "
+                    f"at 64 KiB pycomm takes {verdicts.show(small['pycomm'], 1, ' µs')}")
+            if small["best"] and large["best"]:
+                text += (f", {verdicts.show(small['best'][1], 2, 'x')} the time of "
+                         f"{small['best'][0]}, the fastest peer measured, and at 16 MiB "
+                         f"{verdicts.show(large['best'][1], 2, 'x')} {large['best'][0]}'s")
+            text += (f"; the memory-copy ceiling measured beside it takes "
+                     f"{verdicts.show(small['of_ceil'])} of pycomm's time at 64 KiB and "
+                     f"{verdicts.show(large['of_ceil'])} at 16 MiB")
+            if small["gloo"]:
+                text += (f". gloo's time swings between rounds and runs: at 64 KiB it took "
+                         f"{verdicts.show(small['gloo'], 1, 'x')} pycomm's")
             lines.append(f"{text} ([table]({link})). Made by {made_by(path, doc['meta'])}.")
     path = os.path.join(results_dir, "ddp_resnet50_2ranks.json")
     if os.path.exists(path):
@@ -479,16 +490,26 @@ def headline(results_dir: str, page_link: str = "docs/results.md") -> List[str]:
         by_mode = {r.get("mode"): r for r in doc["rows"] if r.get("world_size") == 2}
         got = [(m, by_mode[m].get("over_no_comm")) for m in ("backend", "ring", "stock")
                if m in by_mode and not _missing(by_mode[m].get("over_no_comm"))]
+
+        def over(mode, key):
+            """'1.03x (1.01-1.05)': a ratio to a ceiling, with the rounds' range where kept."""
+            r = by_mode[mode]
+            lo, hi = r.get(key + "_min"), r.get(key + "_max")
+            return (f"{r[key]:.2f}x" if _missing(lo) or _missing(hi)
+                    else verdicts.show((r[key], lo, hi), 2, "x"))
+
         if len(got) == 3:
-            (_, backend), (_, ring), (_, stock) = got
             waits = [by_mode[m].get("over_sync_only") for m in ("backend", "ring")]
             against_sync = ("" if any(_missing(w) for w in waits) else
                             f"; against the step that only waits for the slowest rank "
-                            f"(one element per bucket), {waits[0]:.2f}x and {waits[1]:.2f}x")
+                            f"(one element per bucket), {over('backend', 'over_sync_only')} and "
+                            f"{over('ring', 'over_sync_only')}")
             lines.append(
-                f"- **ResNet-50 under DDP, 2 CPU ranks**: against the same step with no "
-                f"communication at all, a step takes {backend:.2f}x on the pycomm backend, "
-                f"{ring:.2f}x with `pycomm.ring_hook`, and {stock:.2f}x on gloo{against_sync} "
+                f"- **ResNet-50 under DDP, 2 CPU ranks**, median (range over the rounds): "
+                f"against the same step with no communication at all, a step takes "
+                f"{over('backend', 'over_no_comm')} on the pycomm backend, "
+                f"{over('ring', 'over_no_comm')} with `pycomm.ring_hook`, and "
+                f"{over('stock', 'over_no_comm')} on gloo{against_sync} "
                 f"([table]({page_link}#{anchor('ddp_resnet50_2ranks')})). Made by "
                 f"{made_by(path, doc['meta'])}.")
     # Wrapped as the rest of README is (a break inside `code` reads as a space), never

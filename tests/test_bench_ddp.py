@@ -7,7 +7,6 @@ every mode must run; `backend` once `import pycomm` registers the "pycomm" backe
 then it must say why it is unavailable).
 """
 import math
-import os
 import statistics
 import subprocess
 import sys
@@ -21,8 +20,7 @@ from pycomm.tools import results_schema
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "bench" / "ddp_resnet50.py"
-sys.path.insert(0, str(SCRIPT.parent))
-from harness.launch import run_in_session  # noqa: E402
+from bench_script import run_script  # noqa: E402  (puts bench/ on sys.path)
 HOOKED = ["stock", "ring", "ring-bf16"]          # timed through a comm hook
 MODES = ["no-comm", "sync-only", *HOOKED, "backend"]
 ON_PYCOMM = ["sync-only", "ring", "ring-bf16", "backend"]  # their buckets are pycomm jobs
@@ -34,18 +32,12 @@ REQUIRED = {"mode": str, "world_size": int, "step_time_s": float, "images_per_s"
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("ddp")
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1")
-    cmd = [sys.executable, str(SCRIPT), "--device", "cpu", "--nproc", "2", "--rounds", "2",
-           "--steps", "1", "--warmup", "1", "--image-size", "16", "--batch-size", "4", "--model", "resnet18",
-           "--modes", ",".join(MODES), "--json", str(out / "ddp.json"),
-           "--plot", str(out / "ddp.png")]
-    # Its own session, so that a hang is ended with every rank it spawned.
-    returncode, stdout, stderr = run_in_session(cmd, 150, cwd=out, env=env)
-    if returncode is None:
-        pytest.fail(f"ddp_resnet50.py did not finish in 150 s\nstdout:\n{stdout}\n"
-                    f"stderr:\n{stderr[-4000:]}")
-    assert returncode == 0, f"stdout:\n{stdout}\nstderr:\n{stderr[-4000:]}"
-    return out, subprocess.CompletedProcess(cmd, returncode, stdout, stderr)
+    stdout, stderr = run_script("ddp_resnet50.py", [
+        "--device", "cpu", "--nproc", "2", "--rounds", "2", "--steps", "1", "--warmup", "1",
+        "--image-size", "16", "--batch-size", "4", "--model", "resnet18",
+        "--modes", ",".join(MODES), "--json", out / "ddp.json", "--plot", out / "ddp.png"],
+        out, 150)
+    return out, subprocess.CompletedProcess([], 0, stdout, stderr)
 
 
 def test_json_schema(tiny_run):

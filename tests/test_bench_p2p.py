@@ -7,7 +7,6 @@ where they are not.
 """
 import importlib.util
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -21,8 +20,7 @@ from pycomm.tools import results_schema as schema
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "bench" / "p2p_perf.py"
-sys.path.insert(0, str(SCRIPT.parent))
-from harness.launch import run_in_session  # noqa: E402
+from bench_script import run_script  # noqa: E402  (puts bench/ on sys.path)
 from harness.p2p import CHECK_BYTES, PATTERNS, layout  # noqa: E402
 
 SIZES = [8, 1024]
@@ -35,16 +33,10 @@ HAS_MPI = shutil.which("mpirun") is not None and importlib.util.find_spec("mpi4p
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     out = tmp_path_factory.mktemp("p2p")
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1")
-    cmd = [sys.executable, str(SCRIPT), "--nproc", "2", "-b", "8", "-e", "1K", "-f", "128",
-           "--rounds", "1", "--min-time", "0.005", "--min-iters", "2", "--warmup", "1",
-           "--window", "8", "--window-bytes", "4K", "--json", str(out / "p.json")]
-    # Its own session, so that a hang is ended with every rank (and mpirun) it started.
-    returncode, stdout, stderr = run_in_session(cmd, 120, cwd=out, env=env)
-    if returncode is None:
-        pytest.fail(f"p2p_perf.py did not finish in 120 s\nstdout:\n{stdout}\n"
-                    f"stderr:\n{stderr[-4000:]}")
-    assert returncode == 0, f"stdout:\n{stdout}\nstderr:\n{stderr[-4000:]}"
+    stdout, _ = run_script("p2p_perf.py", [
+        "--nproc", "2", "-b", "8", "-e", "1K", "-f", "128", "--rounds", "1", "--min-time",
+        "0.005", "--min-iters", "2", "--warmup", "1", "--window", "8", "--window-bytes", "4K",
+        "--json", out / "p.json"], out, 120)
     return out / "p.json", stdout
 
 

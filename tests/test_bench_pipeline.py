@@ -5,8 +5,6 @@ the JSON, the ratios as the columns make them, and the pycomm and gloo copies' w
 One run serves every check (spawning ranks costs seconds on a 2-core host).
 """
 import importlib.util
-import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,8 +15,7 @@ from pycomm.tools import results_schema as schema
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "bench" / "pipeline_perf.py"
-sys.path.insert(0, str(SCRIPT.parent))
-from harness.launch import run_in_session  # noqa: E402
+from bench_script import run_script  # noqa: E402  (puts bench/ on sys.path)
 
 RANKS, HIDDEN, MICROBATCHES, ROWS, ROUNDS, STEPS = 3, [8, 24], 3, 2, 2, 2
 PEERS = (schema.PYCOMM_BACKEND, schema.GLOO, "no_comm", "one_process")
@@ -28,17 +25,10 @@ HAS_BACKEND = "pycomm" in dist.Backend.backend_list
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     out = tmp_path_factory.mktemp("pipeline")
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1")
-    cmd = [sys.executable, str(SCRIPT), "--nproc", str(RANKS),
-           "--hidden", ",".join(map(str, HIDDEN)), "--microbatches", str(MICROBATCHES),
-           "--microbatch-size", str(ROWS), "--rounds", str(ROUNDS), "--steps", str(STEPS),
-           "--warmup", "1", "--json", str(out / "p.json")]
-    # Its own session, so that a hang is ended with every rank it started.
-    returncode, stdout, stderr = run_in_session(cmd, 120, cwd=out, env=env)
-    if returncode is None:
-        pytest.fail(f"pipeline_perf.py did not finish in 120 s\nstdout:\n{stdout}\n"
-                    f"stderr:\n{stderr[-4000:]}")
-    assert returncode == 0, f"stdout:\n{stdout}\nstderr:\n{stderr[-4000:]}"
+    stdout, _ = run_script("pipeline_perf.py", [
+        "--nproc", RANKS, "--hidden", ",".join(map(str, HIDDEN)), "--microbatches",
+        MICROBATCHES, "--microbatch-size", ROWS, "--rounds", ROUNDS, "--steps", STEPS,
+        "--warmup", "1", "--json", out / "p.json"], out, 120)
     return schema.load(out / "p.json"), stdout
 
 

@@ -11,7 +11,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
-from harness import collectives, patterns, sizes, timing  # noqa: E402
+from harness import collectives, patterns, sizes, timing, verdicts  # noqa: E402
 from harness.table import Column, Table, cell  # noqa: E402
 
 from pycomm.tools import results_schema as schema  # noqa: E402
@@ -199,6 +199,48 @@ def test_cpu_clock_samples():
     clock = timing.Clock("cpu")
     out = timing.sample(lambda: None, 5, clock)
     assert len(out) == 5 and all(s >= 0 for s in out)
+
+
+# --------------------------------------------------------------------------- verdicts
+
+def test_ratio_paired_takes_the_rounds_ratios_unpaired_the_widest_range():
+    # Measured in the same turns: round by round.
+    assert verdicts.ratio([2.0, 3.0, 8.0], [1.0, 2.0, 2.0], paired=True) == (2.0, 1.5, 4.0)
+    # Open MPI's rounds pair with none: the medians' ratio, fastest/slowest..slowest/fastest.
+    assert verdicts.ratio([2.0, 3.0, 8.0], [1.0, 2.0, 4.0], paired=False) == \
+        pytest.approx((1.5, 0.5, 8.0))
+    assert verdicts.ratio([], [1.0], paired=True) is None
+    assert verdicts.ratio([1.0], [None], paired=False) is None
+
+
+def test_verdict_is_met_missed_or_within_the_spread():
+    assert verdicts.verdict((0.9, 0.8, 1.0), at_most=1.0) is True
+    assert verdicts.verdict((1.2, 1.1, 1.3), at_most=1.0) is False
+    assert verdicts.verdict((0.9, 0.8, 1.1), at_most=1.0) is None
+    assert verdicts.verdict((2.5, 2.1, 3.0), at_least=2.0) is True
+    assert verdicts.verdict((1.5, 1.2, 1.9), at_least=2.0) is False
+    assert verdicts.verdict((2.1, 1.9, 2.4), at_least=2.0) is None
+    assert verdicts.verdict_text((0.9, 0.8, 1.1), at_most=1.0) == "within the rounds' spread"
+    assert verdicts.show((0.861, 0.857, 0.87), 2, "x") == "0.86x (0.86-0.87)"
+    assert verdicts.show(None) == "-"
+
+
+def test_judge_picks_the_fastest_peer_and_never_gloo():
+    row = {"pycomm_backend_rounds_us": [20.0, 21.0, 22.0], "ceiling_us": 6.3,
+           "gloo_us": 400.0, "gloo_rounds_us": [400.0, 1260.0, 1100.0],
+           "mpi_us": 24.0, "mpi_rounds_us": [24.0, 24.0, 25.0],
+           "deepspeed_us": 30.0, "deepspeed_rounds_us": [30.0, 30.0, 30.0]}
+    j = verdicts.judge(row, "pycomm_backend")
+    assert j["pycomm"] == (21.0, 20.0, 22.0)
+    name, r, met = j["best"]
+    assert name == "Open MPI" and met is True
+    assert r == pytest.approx((21.0 / 24.0, 20.0 / 25.0, 22.0 / 24.0))
+    assert j["of_ceil"] == pytest.approx((0.3, 6.3 / 22.0, 6.3 / 20.0))
+    assert j["gloo"] == pytest.approx((50.0, 20.0, 60.0))  # 400/20, 1260/21, 1100/22
+    del row["mpi_us"]
+    assert verdicts.judge(row, "pycomm_backend")["best"][0] == "DeepSpeed"  # same turns: paired
+    del row["deepspeed_us"]
+    assert verdicts.judge(row, "pycomm_backend")["best"] is None
 
 
 # --------------------------------------------------------------------------- the schema

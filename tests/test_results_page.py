@@ -113,8 +113,14 @@ def test_tables_and_headline_come_from_the_files(tmp_path):
     assert text_of_readme.startswith("# x\n\n") and text_of_readme.endswith("\n\ntail\n")
     assert "old" not in text_of_readme
     head = " ".join(text_of_readme.split())  # the headline is wrapped
-    assert "gloo takes 70.0x pycomm's time at 64 KiB and 11.3x at 16 MiB" in head
-    assert "pycomm takes 0.25 of Open MPI's time at 16 MiB" in head
+    # Judged against the ceiling measured beside it and gloo's rounds, each with their range;
+    # no Open MPI or DeepSpeed column here, so no ratio to a peer.
+    assert "at 64 KiB pycomm takes 6.2 µs (6.2-6.2)" in head, head
+    assert "Open MPI" not in head
+    assert ("the memory-copy ceiling measured beside it takes 0.40 (0.40-0.40) of pycomm's time "
+            "at 64 KiB and 0.00 (0.00-0.00) at 16 MiB") in head, head
+    assert "at 64 KiB it took 70.0x (70.0-70.0) pycomm's" in head, head
+    # The files before the rounds kept no range: the ratio alone.
     assert ("a step takes 1.07x on the pycomm backend, 1.04x with `pycomm.ring_hook`, and "
             "1.30x on gloo") in head
     assert "Made by `python3 bench/collectives_perf.py --json x.json` on 2031-02-03" in head
@@ -123,3 +129,29 @@ def test_tables_and_headline_come_from_the_files(tmp_path):
     doc["rows"][0]["pycomm_backend_us"] = 7.0
     (results / "collectives_2ranks.json").write_text(json.dumps(doc))
     assert run(*args, "--check").returncode == 1
+
+
+def test_headline_judges_against_the_fastest_peer_with_the_rounds_range(tmp_path):
+    """With an Open MPI column, the headline gives pycomm's time over MPI's: the ratio of the
+    medians and the widest range their rounds allow (MPI's rounds run in a launch of their
+    own, so they pair with none of pycomm's)."""
+    results = tmp_path / "results"
+    results.mkdir()
+    rows = [_collective_row(65536, 6.25, 437.5), _collective_row(16 << 20, 800.0, 9040.0)]
+    for r, mpi in zip(rows, ([10.0, 12.5, 25.0], [1000.0, 1600.0, 2000.0])):
+        r["pycomm_backend_rounds_us"] = [r["pycomm_backend_us"] * f for f in (0.9, 1.0, 1.2)]
+        r.update(mpi_us=sorted(mpi)[1], mpi_rounds_us=mpi, mpi_busbw=1.0)
+    doc = {"meta": {"command": "python3 bench/collectives_perf.py", "date": "2031-02-03"},
+           "rows": rows, "summary": []}
+    (results / "collectives_2ranks.json").write_text(json.dumps(doc))
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- headline: written by scripts/results_page.py from bench/results; "
+                      "do not edit -->\n<!-- end of headline -->\n")
+    proc = run("--results", str(results), "--out", str(tmp_path / "r.md"), "--readme", str(readme))
+    assert proc.returncode == 0, proc.stderr
+    head = " ".join(readme.read_text().split())
+    # 6.25 / 12.5 = 0.50; 5.625 / 25 = 0.225 .. 7.5 / 10 = 0.75.
+    assert "at 64 KiB pycomm takes 6.2 µs (5.6-7.5)" in head, head
+    assert "0.50x (0.23-0.75) the time of Open MPI, the fastest peer measured" in head, head
+    # 800 / 1600 = 0.50; 720 / 2000 = 0.36 .. 960 / 1000 = 0.96.
+    assert "at 16 MiB 0.50x (0.36-0.96) Open MPI's" in head, head

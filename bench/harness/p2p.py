@@ -20,7 +20,7 @@ order. Timing uses one buffer repeated through a window, as OSU does, so that 64
 do not need 64 buffers; the check uses a distinct buffer per message, each holding its own
 pattern, so that a message delivered into the wrong buffer, or out of order, counts as wrong.
 
-bench/mpi_p2p.py imports this under mpirun with numpy alone: no torch or numpy at the top.
+bench/mpi_worker.py imports this under mpirun with numpy alone: no torch or numpy at the top.
 """
 from __future__ import annotations
 

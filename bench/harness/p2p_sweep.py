@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from .ceilings import CopyCeiling
 from .p2p import buffers, count_wrong, fill_for_check, layout
-from .sizes import human
 from .sweep import Sweep
 
 
@@ -44,33 +43,11 @@ class P2PSweep(Sweep):
         w = self.world
         lay = self.layout(pattern, size)
         bufs = buffers(pattern, self.zeros, lay["count"], w.rank, lay["window"], distinct=False)
-        units = pattern.per_call(lay["window"])
         ceiling = CopyCeiling(lay["size"] * pattern.busbw_factor, self.barrier)
-        times = {p.key: [] for p in active}
-        t_ceiling = []
-        for _ in range(self.rounds):
-            for p in active:
-                if not p.offers(pattern.name):
-                    continue
-                call = p.calls[pattern.name]
-                t, err = w.on_every_rank(lambda: self.seconds_per_call(lambda: call(bufs)))
-                if err:
-                    p.failed[pattern.name] = f"{human(lay['size'])}: {err}"
-                    times[p.key] = []
-                else:
-                    times[p.key].append(t / units)
-            t_ceiling.append(ceiling.measure(self.warmup, max(self.min_iters, 20),
-                                             lambda s: w.max_over_ranks([s])[0]))
-        wrong = {}
-        for p in active:
-            if not p.offers(pattern.name):
-                continue
-            mine, err = w.on_every_rank(lambda: self.check(pattern, p.calls[pattern.name], lay))
-            if err:
-                p.failed[pattern.name] = f"check at {human(lay['size'])}: {err}"
-                times[p.key] = []
-                continue
-            wrong[p.key] = int(w.sum_over_ranks([mine])[0])
+        times, t_ceiling = self.timed_rounds(pattern.name, active, lay, lambda call: call(bufs),
+                                             ceiling, pattern.per_call(lay["window"]))
+        wrong = self.checked(pattern.name, active, times, lay,
+                             lambda call: self.check(pattern, call, lay))
         return lay, times, t_ceiling, wrong
 
     def check(self, pattern, call, lay) -> int:

@@ -8,11 +8,14 @@ the spread, (slowest - fastest round) / median. #wrong: after the timing, each p
 collective once on the check pattern, and the ranks' wrong elements are summed."""
 from __future__ import annotations
 
+import statistics
+
 from pycomm.tools import results_schema as schema
 
 from .ceilings import CopyCeiling, ceiling_bytes
 from .collectives import check
 from .sizes import human
+from .table import Column
 from .timing import per_call_median, summarize
 
 
@@ -22,13 +25,15 @@ class Sweep:
     ranks before each ceiling copy."""
 
     def __init__(self, world, dtype: str, op: str, rounds: int, min_time: float,
-                 min_iters: int, max_iters: int, warmup: int, barrier):
+                 min_iters: int, max_iters: int, warmup: int, barrier, device=None):
         self.world, self.dtype_name, self.op = world, dtype, op
         self.dtype = getattr(world.torch, dtype)
         self.esize = world.torch.empty((), dtype=self.dtype).element_size()
         self.rounds, self.budget_s = rounds, min_time / max(rounds, 1)
         self.min_iters, self.max_iters, self.warmup = min_iters, max_iters, warmup
+        # None: no copy ceiling (barrier unused), for a sweep that only calibrates.
         self.barrier = barrier
+        self.device = device
 
     def seconds_per_call(self, fn) -> float:
         w = self.world
@@ -42,36 +47,59 @@ class Sweep:
         error."""
         w, torch = self.world, self.world.torch
         lay = coll.layout(size, self.esize, w.size)
-        inp = torch.zeros(lay["in_numel"], dtype=self.dtype)
-        out = inp if coll.in_place else torch.zeros(lay["out_numel"], dtype=self.dtype)
-        ceiling = CopyCeiling(ceiling_bytes(lay["size"], coll.busbw_factor(w.size)), self.barrier)
+        inp = torch.zeros(lay["in_numel"], dtype=self.dtype, device=self.device)
+        out = inp if coll.in_place else torch.zeros(lay["out_numel"], dtype=self.dtype,
+                                                    device=self.device)
+        ceiling = (CopyCeiling(ceiling_bytes(lay["size"], coll.busbw_factor(w.size)), self.barrier)
+                   if self.barrier is not None else None)
+        times, t_ceiling = self.timed_rounds(coll.name, active, lay, lambda call: call(inp, out),
+                                             ceiling)
+        wrong = self.checked(coll.name, active, times, lay,
+                             lambda call: check(coll, call, inp, out, w.rank, w.size, self.op,
+                                                lay["count"]),
+                             lambda p: p.exact.get(coll.name, True))
+        return lay, times, t_ceiling, wrong
+
+    def timed_rounds(self, name, active, lay, run, ceiling, units: int = 1):
+        """({peer key: [seconds per unit, per round]}, [ceiling seconds per round]): each
+        round times every active peer's run(call) in turn, then the ceiling (None: none)."""
+        w = self.world
         times = {p.key: [] for p in active}
         t_ceiling = []
         for _ in range(self.rounds):
             for p in active:
-                if not p.offers(coll.name):
+                if not p.offers(name):
                     continue
-                call = p.calls[coll.name]
-                t, err = w.on_every_rank(lambda: self.seconds_per_call(lambda: call(inp, out)))
+                call = p.calls[name]
+                t, err = w.on_every_rank(lambda: self.seconds_per_call(lambda: run(call)))
                 if err:
-                    p.failed[coll.name] = f"{human(lay['size'])}: {err}"
+                    p.failed[name] = f"{human(lay['size'])}: {err}"
                     times[p.key] = []
                 else:
-                    times[p.key].append(t)
-            t_ceiling.append(ceiling.measure(self.warmup, max(self.min_iters, 20),
-                                             lambda s: w.max_over_ranks([s])[0]))
-        wrong = {}
+                    times[p.key].append(t / units)
+            if ceiling is not None:
+                t_ceiling.append(self.ceiling_seconds(ceiling))
+        return times, t_ceiling
+
+    def ceiling_seconds(self, ceiling) -> float:
+        w = self.world
+        return ceiling.measure(self.warmup, max(self.min_iters, 20),
+                               lambda s: w.max_over_ranks([s])[0])
+
+    def checked(self, name, active, times, lay, wrong_of, exact=lambda p: True) -> dict:
+        """{peer key: #wrong over the ranks} of one checked call each (wrong_of(call): this
+        rank's count); a peer whose check fails is dropped, with its error."""
+        w, wrong = self.world, {}
         for p in active:
-            if not p.offers(coll.name) or not p.exact.get(coll.name, True):
+            if not p.offers(name) or not exact(p):
                 continue
-            mine, err = w.on_every_rank(lambda: check(coll, p.calls[coll.name], inp, out, w.rank,
-                                                      w.size, self.op, lay["count"]))
+            mine, err = w.on_every_rank(lambda: wrong_of(p.calls[name]))
             if err:
-                p.failed[coll.name] = f"check at {human(lay['size'])}: {err}"
+                p.failed[name] = f"check at {human(lay['size'])}: {err}"
                 times[p.key] = []
                 continue
             wrong[p.key] = int(w.sum_over_ranks([mine])[0])
-        return lay, times, t_ceiling, wrong
+        return wrong
 
 
 def peer_columns(key: str, rounds_s, nbytes: int, factor: float, wrong, failed=None) -> dict:
@@ -91,3 +119,44 @@ def peer_columns(key: str, rounds_s, nbytes: int, factor: float, wrong, failed=N
     if failed:
         out[col("error")] = failed
     return out
+
+
+def add_measurements(row: dict, name: str, times, t_ceiling, wrong, peers, primary,
+                     mpi_row=None) -> dict:
+    """Fills a row (its size and busbw_factor already set) with one size's measurement of
+    item `name`: each peer's columns, Open MPI's (mpi_row: its launch's row, {} when it has
+    none for this size; None when there is no MPI column), the ceiling, and the ratios of
+    the `primary` peer ("pycomm" in the ratios) to the ceiling, gloo and MPI."""
+    nbytes, factor = row[schema.SIZE], row[schema.BUSBW_FACTOR]
+    for p in peers:
+        if name in p.calls:
+            row.update(peer_columns(p.key, times.get(p.key) or [], nbytes, factor,
+                                    wrong.get(p.key), p.failed.get(name)))
+    if mpi_row is not None:
+        row.update(peer_columns(schema.MPI, [x * 1e-6 for x in mpi_row.get("rounds_us") or []],
+                                nbytes, factor, mpi_row.get("wrong"), mpi_row.get("note")))
+    ceil = statistics.median(t_ceiling) * 1e6 if t_ceiling else None
+    prim = row.get(schema.column(primary.key, "us")) if primary else None
+    g, mu = row.get(schema.column(schema.GLOO, "us")), row.get(schema.column(schema.MPI, "us"))
+    row.update({schema.CEILING_US: ceil, schema.PYCOMM_PEER: primary.key if primary else None,
+                schema.FRAC_OF_CEILING: ceil / prim if ceil and prim else None,
+                schema.GLOO_OVER_PYCOMM: g / prim if g and prim else None,
+                schema.PYCOMM_OVER_MPI: prim / mu if prim and mu else None})
+    return row
+
+
+def pycomm_wrong(row: dict) -> int:
+    """The shared `wrong` column: pycomm's peers' wrong elements, summed."""
+    return sum(row.get(schema.column(k, "wrong")) or 0 for k in schema.PYCOMM_PEERS)
+
+
+def peer_table_columns(labels_keys, bandwidths) -> list:
+    """The table's columns of each (label, key) peer: time, spread, the bandwidth columns
+    ((title, field, format) of each), #wrong, then a separator."""
+    cols = []
+    for label, key in labels_keys:
+        cols += [Column(f"{label} us", max(10, len(label) + 3), f"{key}_us", ".2f"),
+                 Column("+-%", 4, f"{key}_spread", ".0f", 100)]
+        cols += [Column(title, 7, f"{key}_{field}", spec) for title, field, spec in bandwidths]
+        cols += [Column("#wrong", 6, f"{key}_wrong", "d"), None]
+    return cols

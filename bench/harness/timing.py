@@ -11,24 +11,20 @@ import time
 
 class Clock:
     """Timestamps on a device's timeline: perf_counter on CPUs; on GPUs CUDA events, read
-    only after sync(), or with events=False the host's clock after a synchronize (what a
-    caller waits, launch costs included)."""
+    only after sync()."""
 
-    def __init__(self, device, events: bool = True):
+    def __init__(self, device):
         self.cuda = getattr(device, "type", device) == "cuda"
-        self.events = self.cuda and events
         if self.cuda:
             import torch
 
             self._cuda = torch.cuda
 
     def mark(self):
-        if self.events:
+        if self.cuda:
             event = self._cuda.Event(enable_timing=True)
             event.record()
             return event
-        if self.cuda:
-            self._cuda.synchronize()
         return time.perf_counter()
 
     def sync(self):
@@ -36,7 +32,7 @@ class Clock:
             self._cuda.synchronize()
 
     def seconds(self, start, end) -> float:
-        if self.events:
+        if self.cuda:
             return start.elapsed_time(end) / 1e3
         return end - start
 

@@ -58,9 +58,6 @@ class World:
         self.dist.broadcast(t, 0)
         return int(t.item())
 
-    def all_agree(self, ok: bool) -> bool:
-        return bool(self.reduce([1.0 if ok else 0.0], self.dist.ReduceOp.MIN)[0])
-
     def on_every_rank(self, fn, limit: int = 160):
         """(fn(), None) when fn ran on every rank, else (None, the first failing rank's
         error). fn must fail (or not) alike on every rank before any communication, as

@@ -2,8 +2,8 @@
 torch peers, timed in a launch of its own.
 
 The torch ranks cannot host MPI (mpirun starts its own processes), so rank 0 writes a plan
-(dtype, op, the timing budget, and per item the collective with its element counts), runs
-bench/mpi_collectives.py under `mpirun --allow-run-as-root --oversubscribe --bind-to none`,
+(its kind, dtype, op, the timing budget, and per item the collective with its element
+counts), runs bench/mpi_worker.py under `mpirun --allow-run-as-root --oversubscribe --bind-to none`,
 and reads back per item the rounds' times and #wrong, while the other torch ranks wait in a
 barrier (a sleeping wait). MPI's rounds are its own: they run before the other peers start,
 not interleaved with them.
@@ -32,7 +32,7 @@ from ..timing import per_call_median
 
 HINT = "apt-get install -y openmpi-bin libopenmpi-dev && pip install mpi4py"
 WORKER = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
-    __file__)))), "mpi_collectives.py")
+    __file__)))), "mpi_worker.py")
 # What the bench's dtypes are in numpy; float16 and bfloat16 move as 2-byte words.
 NUMPY = {"float32": "float32", "float64": "float64", "float16": "uint16", "bfloat16": "uint16",
          "int8": "int8", "uint8": "uint8", "int32": "int32", "int64": "int64"}
@@ -53,9 +53,17 @@ def status(skip: bool):
     return mpirun, None
 
 
-def run_plan(mpirun: str, world_size: int, plan: dict, timeout_s: float, worker: str = WORKER):
-    """Runs the worker (bench/mpi_collectives.py unless another: bench/mpi_p2p.py) under
-    mpirun: ({(collective, size): its row}, meta) or ({}, why not)."""
+def plan(kind: str, args, items, **facts) -> dict:
+    """What the worker measures: kind ("collectives": serve below; "p2p": peers/mpi_p2p.py),
+    the driver's dtype and timing budget, one item per measurement, and the kind's facts."""
+    return dict(kind=kind, dtype=args.dtype, rounds=args.rounds, min_time=args.min_time,
+                min_iters=args.min_iters, max_iters=args.max_iters, warmup=args.warmup,
+                items=items, **facts)
+
+
+def run_plan(mpirun: str, world_size: int, plan: dict, timeout_s: float):
+    """Runs bench/mpi_worker.py under mpirun: ({(collective, size): its row}, meta) or
+    ({}, why not)."""
     with tempfile.TemporaryDirectory(prefix="pycomm-bench-mpi-") as tmp:
         plan_path, out_path = os.path.join(tmp, "plan.json"), os.path.join(tmp, "out.json")
         with open(plan_path, "w") as f:
@@ -63,7 +71,7 @@ def run_plan(mpirun: str, world_size: int, plan: dict, timeout_s: float, worker:
         # Not bound to cores, like the torch ranks; torch's rendezvous variables stay out.
         env = {k: v for k, v in os.environ.items() if k not in _TORCH_RANKS}
         cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
-               "-np", str(world_size), sys.executable, worker, "--plan", plan_path,
+               "-np", str(world_size), sys.executable, WORKER, "--plan", plan_path,
                "--out", out_path]
         rc, stdout, stderr = run_in_session(cmd, timeout_s, env=env)
         if rc is None:
@@ -76,7 +84,7 @@ def run_plan(mpirun: str, world_size: int, plan: dict, timeout_s: float, worker:
     return {(r["collective"], r["size"]): r for r in out["rows"]}, out.get("meta", {})
 
 
-def column(world, skip: bool, plan: dict, timeout_s: float, worker: str = WORKER):
+def column(world, skip: bool, plan: dict, timeout_s: float):
     """Rank 0 runs MPI's launch alone while the other ranks wait: ({(collective, size):
     row}, meta, the header's line) on rank 0; ({}, {}, None) elsewhere."""
     rows, meta, note = {}, {}, None
@@ -84,7 +92,7 @@ def column(world, skip: bool, plan: dict, timeout_s: float, worker: str = WORKER
         mpirun, note = status(skip)
         if mpirun:
             t0 = time.perf_counter()
-            rows, meta = run_plan(mpirun, world.size, plan, timeout_s, worker)
+            rows, meta = run_plan(mpirun, world.size, plan, timeout_s)
             if isinstance(meta, str):
                 note, meta = meta, {}
             else:

@@ -1,5 +1,5 @@
 """Open MPI's column of bench/p2p_perf.py: harness.p2p's patterns with mpi4py on numpy
-buffers, under mpirun (bench/mpi_p2p.py), as peers/mpi.py runs the collectives.
+buffers, under mpirun (bench/mpi_worker.py), as peers/mpi.py runs the collectives.
 
 The plan: the dtype, the timing budget, and per item the pattern with its layout (count,
 size, window, check_window). Per item this returns the rounds' times per unit (half a round
