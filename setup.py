@@ -1,17 +1,17 @@
-"""Builds pycomm's native extensions: pycomm._C (the core, the c10d backend and
-the binding) and pycomm._tables (the settings and routing tables, torch-free).
+"""Builds pycomm's native extension, pycomm._C: the core, the c10d backend, the
+binding, and the settings and routing tables the Python tools read.
 
-The CPU sources are always built. The CUDA sources are built when a CUDA
-toolkit is found, with or without a GPU; PYCOMM_CUDA=0 skips them.
+Its sources and C++ flags are csrc/sources_and_flags.txt's, which CMakeLists.txt
+reads too. The CPU sources are always built. The CUDA sources are built when a
+CUDA toolkit is found, with or without a GPU; PYCOMM_CUDA=0 skips them.
 """
 import glob
 import os
 import platform
 import re
 import shutil
-import subprocess
 
-from setuptools import Extension, find_packages, setup
+from setuptools import find_packages, setup
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
@@ -84,65 +84,44 @@ if WITH_CUDA:
 else:
     print(f"pycomm-build: CPU sources only ({NO_CUDA})", flush=True)
 
-# The core's tables (routing.cpp), then its layers as folders (transport/,
-# collectives/, kernels/); its native tests build under CMake only.
-core_sources = sorted(glob.glob("csrc/core/*.cpp")) + \
-    sorted(f for f in glob.glob("csrc/core/*/*.cpp") if "/tests/" not in f)
-torch_sources = sorted(glob.glob("csrc/torch/*.cpp"))
-cuda_sources = sorted(glob.glob("csrc/cuda/*.cu")) if WITH_CUDA else []
+
+def build_list(*key):
+    """The words after `key` on each line of csrc/sources_and_flags.txt that begins with it."""
+    words = []
+    with open(os.path.join(ROOT, "csrc", "sources_and_flags.txt")) as f:
+        for line in f:
+            line_words = line.split("#", 1)[0].split()
+            if tuple(line_words[:len(key)]) == key:
+                words += line_words[len(key):]
+    return words
 
 
-def arch_flags(machine, march):
-    """The target flag for PYCOMM_MARCH on this machine. "native" (the default:
-    built where it runs, like every torch extension) tunes for this CPU, with
-    -mcpu on Arm, where it sets the architecture and the tuning together.
-    "portable" is the oldest CPU that still takes pycomm's vector loops
-    (csrc/core/kernels/float_lanes.h): x86-64-v3 (AVX2 and F16C, 2013 on) and
-    armv8-a (NEON, which every AArch64 CPU has). Any other value goes to -march
-    as it is (e.g. x86-64 for no vector loops, armv8.2-a+sve)."""
-    arm = machine in ("aarch64", "arm64")
-    if march == "native":
-        return ["-mcpu=native"] if arm else ["-march=native"]
-    if march == "portable":
-        if arm:
-            return ["-march=armv8-a"]
-        if machine in ("x86_64", "AMD64"):
-            return ["-march=x86-64-v3"]
-        return []  # an architecture pycomm has no vector loops for: the compiler's default
-    return [f"-march={march}"]
+def sources(key):
+    return [path for pattern in build_list(key)
+            for path in sorted(glob.glob(pattern, root_dir=ROOT))]
 
 
-target = arch_flags(platform.machine(), os.environ.get("PYCOMM_MARCH", "native"))
-cxx_flags = ["-O3", "-std=c++20", *target, "-ffp-contract=off", "-Wall", "-Wno-unknown-pragmas"]
+def target_flags(march, machine):
+    """The flags for PYCOMM_MARCH on this machine (csrc/sources_and_flags.txt says why)."""
+    if march in ("native", "portable"):
+        return build_list("march", march, machine)
+    return [f"-march={march}"] if march else []
+
+
+cxx_flags = build_list("cxxflags") + target_flags(os.environ.get("PYCOMM_MARCH", "native"),
+                                                  platform.machine())
+library_sources = sources("core") + sources("glue")
+
 define_macros = []
 extra = {"cxx": cxx_flags}
 if WITH_CUDA:
     define_macros.append(("PYCOMM_WITH_CUDA", "1"))
     extra["nvcc"] = ["-O3", "-std=c++20", "-lineinfo"]
-    ext = CUDAExtension("pycomm._C", core_sources + torch_sources + cuda_sources,
+    ext = CUDAExtension("pycomm._C", library_sources + sources("cuda"),
                         define_macros=define_macros, extra_compile_args=extra)
 else:
-    ext = CppExtension("pycomm._C", core_sources + torch_sources,
+    ext = CppExtension("pycomm._C", library_sources,
                        define_macros=define_macros, extra_compile_args=extra)
-
-# The tables for Python with no torch (the scaling model, `pycomm doctor`):
-# the CPython API and the core's routing.cpp only.
-tables = Extension("pycomm._tables", ["csrc/tables/tables_module.cpp", "csrc/core/routing.cpp"],
-                   extra_compile_args=["-O2", "-std=c++20", "-Wall"], language="c++")
-
-
-class BuildEachInItsFolder(BuildExtension):
-    """torch's ninja build writes build/temp.*/build.ninja for each extension:
-    a folder of its own keeps _C's (scripts/check_torch_headers.sh reads its flags)."""
-
-    def build_extension(self, ext):
-        shared = self.build_temp
-        self.build_temp = os.path.join(shared, ext.name)
-        try:
-            super().build_extension(ext)
-        finally:
-            self.build_temp = shared
-
 
 # scripts/setup.sh builds in place first, then installs the package editable
 # with PYCOMM_SKIP_BUILD=1 so that pip does not build everything a second time.
@@ -150,6 +129,6 @@ skip_build = os.environ.get("PYCOMM_SKIP_BUILD") == "1"
 
 setup(
     packages=find_packages(include=["pycomm", "pycomm.*"]),
-    ext_modules=[] if skip_build else [tables, ext],
-    cmdclass={"build_ext": BuildEachInItsFolder},
+    ext_modules=[] if skip_build else [ext],
+    cmdclass={"build_ext": BuildExtension},
 )

@@ -1,7 +1,7 @@
 # Cross-compiling the core for 64-bit Arm Linux on an x86 host (Debian's
 # g++-aarch64-linux-gnu), its tests run by ctest under qemu-user:
 #   cmake -S . -B native-build-aarch64 -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake \
-#         -DPYCOMM_NATIVE_ARCH=OFF -DPYCOMM_CUDA=OFF
+#         -DPYCOMM_MARCH=portable -DPYCOMM_CUDA=OFF
 # scripts/cross_aarch64.sh does this, and installs what it needs.
 set(CMAKE_SYSTEM_NAME Linux)
 set(CMAKE_SYSTEM_PROCESSOR aarch64)

@@ -9,12 +9,13 @@ run on a GPU.
     pycomm.all_reduce(t, op="sum")
     model.register_comm_hook(None, pycomm.ring_hook)
 
-The torch-free parts (pycomm.config, pycomm.routing, pycomm.tools.scaling) import
-where torch or the runtime extension pycomm._C cannot load: the runtime's names
-then raise an AttributeError that names the ImportError that stopped it (and
+Where torch or the runtime extension pycomm._C cannot load, `import pycomm`
+still works, for `pycomm doctor` to say why: the runtime's names then raise an
+AttributeError, and the modules that read its tables (pycomm.config,
+pycomm.routing) an ImportError, that names the ImportError that stopped it (and
 with torch there, importing pycomm warns at once).
 """
-from ._version import __version__  # torch-free: there even when the runtime is not
+from ._version import __version__  # there even when the runtime is not
 
 __all__ = [
     "CollectiveMismatch",
@@ -38,7 +39,8 @@ try:
     import torch  # noqa: F401  (loads libc10 and friends, which _C links against)
     import torch.distributed  # noqa: F401  (registers c10d's types, which _C's backend uses)
 
-    from . import _C
+    # Not `from . import _C`: where _C was never built, its error blames a circular import.
+    import pycomm._C as _C
 except ImportError as error:
     _RUNTIME_ERROR = error
     from ._runtime_missing import runtime_missing

@@ -13,15 +13,15 @@ from typing import Optional, Union
 import torch
 import torch.distributed as dist
 
-from . import _C, _tables
+from . import _C
 from .config import communicator_config, timeout_seconds
 from .rendezvous import create_communicator
 from .topology import exchange
 
 __all__ = ["Communicator", "init", "all_reduce", "barrier", "destroy", "get_communicator"]
 
-_OP_NAMES = _tables.REDUCE_OPS
-_ALGORITHMS = _tables.ALL_REDUCE_ALGORITHMS  # two_shot: CUDA tensors only
+_OP_NAMES = _C.REDUCE_OPS
+_ALGORITHMS = _C.ALL_REDUCE_ALGORITHMS  # two_shot: CUDA tensors only
 _REDUCE_OPS = {
     dist.ReduceOp.SUM: "sum",
     dist.ReduceOp.AVG: "avg",

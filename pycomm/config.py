@@ -1,5 +1,5 @@
 """A communicator's settings: the one settings table (csrc/core/settings.h,
-read through pycomm._tables, which needs no torch) with its defaults,
+read through pycomm._C) with its defaults,
 overridden by each setting's PYCOMM_* environment variable.
 
     from pycomm import config
@@ -12,7 +12,9 @@ import datetime
 import os
 from typing import NamedTuple
 
-from . import _tables
+from ._runtime_missing import import_runtime
+
+_C = import_runtime("pycomm.config")
 
 
 class Setting(NamedTuple):
@@ -25,7 +27,7 @@ class Setting(NamedTuple):
     why: str
 
 
-SETTINGS = tuple(Setting(**row) for row in _tables.settings())
+SETTINGS = tuple(Setting(**row) for row in _C.settings())
 _BY_NAME = {s.name: s for s in SETTINGS}
 _CAST = {"int": int, "float": float, "bool": bool}
 
@@ -58,7 +60,7 @@ def setting(name: str, world: int = 2):
     if s is None:
         raise ValueError(f"name: unknown setting {name!r}; expected one of {', '.join(_BY_NAME)}")
     value = _from_env(s)
-    return _tables.default_config(world, _cores())[name] if value is None else value
+    return _C.default_config(world, _cores())[name] if value is None else value
 
 
 def timeout_seconds(timeout, default=None) -> float:
@@ -70,7 +72,7 @@ def timeout_seconds(timeout, default=None) -> float:
             return value
         if default is not None:
             return float(default)
-        return float(_tables.default_config(1, 1)["timeout_s"])
+        return float(_C.default_config(1, 1)["timeout_s"])
     if isinstance(timeout, datetime.timedelta):
         timeout = timeout.total_seconds()
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
@@ -82,7 +84,7 @@ def timeout_seconds(timeout, default=None) -> float:
 def communicator_config(world: int, timeout_s: float) -> dict:
     """The settings for a communicator of `world` ranks (the timeout is resolved
     by timeout_seconds, which the caller runs first)."""
-    config = _tables.default_config(world, _cores())
+    config = _C.default_config(world, _cores())
     for s in SETTINGS:
         value = _from_env(s)
         if value is not None:

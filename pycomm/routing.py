@@ -1,6 +1,6 @@
 """Which plan and algorithm a collective takes: the backend's own routing table
-(csrc/core/routing.h, read through pycomm._tables, which needs no torch), for
-`pycomm doctor`, topology.HostLayout.plan() and the scaling model.
+(csrc/core/routing.h, read through pycomm._C), for `pycomm doctor`,
+topology.HostLayout.plan() and the scaling model.
 
     from pycomm import routing
     routing.all_reduce_route(hosts=2, local_size=4, nbytes=16 << 20)
@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from typing import NamedTuple, Optional
 
-from . import _tables
+from ._runtime_missing import import_runtime
 from .config import setting
 
-COLLECTIVES = _tables.COLLECTIVES  # in the table's order
-PLANS = _tables.PLANS
-ALGORITHMS = _tables.ALGORITHMS
+_C = import_runtime("pycomm.routing")
+
+COLLECTIVES = _C.COLLECTIVES  # in the table's order
+PLANS = _C.PLANS
+ALGORITHMS = _C.ALGORITHMS
 
 # What each algorithm does, for the people reading doctor's plan.
 DESCRIPTIONS = {
@@ -53,11 +55,11 @@ def route(collective: str, *, hosts: int = 1, local_size: int = 1, uniform: bool
         leader_max_bytes = setting("hier_leader_max_bytes")
     if direct_max_bytes is None:
         direct_max_bytes = setting("direct_max_bytes", world=local_size)
-    return Route(*_tables.route(collective, cuda=cuda, sparse=sparse, native_op=native_op,
-                                hosts=hosts, uniform=uniform, local_size=local_size, count=count,
-                                bytes=count * itemsize, direct_max_bytes=direct_max_bytes,
-                                leader_max_bytes=leader_max_bytes, dtype=dtype, op=op,
-                                contiguous=contiguous))
+    return Route(*_C.route(collective, cuda=cuda, sparse=sparse, native_op=native_op,
+                           hosts=hosts, uniform=uniform, local_size=local_size, count=count,
+                           bytes=count * itemsize, direct_max_bytes=direct_max_bytes,
+                           leader_max_bytes=leader_max_bytes, dtype=dtype, op=op,
+                           contiguous=contiguous))
 
 
 def all_reduce_route(*, hosts: int, local_size: int, nbytes: int, itemsize: int = 4,

@@ -4,7 +4,8 @@
 #   1. an Arm CPython 3.11 from Debian's arm64 packages (downloaded and
 #      unpacked, not installed) and PyPI's aarch64 torch, run by qemu-user;
 #   2. pycomm's extension (CPU sources) cross-compiled for it against that
-#      torch, as setup.py would build it there (-O3, -march=armv8-a);
+#      torch, as setup.py would build it there with PYCOMM_MARCH=portable (the
+#      sources and flags of csrc/sources_and_flags.txt);
 #   3. two ranks of the backend against gloo (scripts/aarch64_smoke.py), and,
 #      given arguments, pytest with them (its ranks are spawned processes,
 #      which binfmt_misc hands to qemu; the script registers aarch64 there).
@@ -70,11 +71,16 @@ python_arm() {
 echo "== pycomm's extension cross-compiled for aarch64 (against torch $TORCH_VERSION's aarch64 build)"
 objects=$ARM/objects
 mkdir -p "$objects"
-flags="-O3 -std=c++20 -march=armv8-a -ffp-contract=off -fPIC -DNDEBUG -fwrapv -D_GLIBCXX_USE_CXX11_ABI=1
-  -DTORCH_EXTENSION_NAME=_C -DTORCH_API_INCLUDE_EXTENSION_H -isystem $site/torch/include
-  -isystem $site/torch/include/torch/csrc/api/include -isystem $root/usr/include/python3.11
-  -idirafter $root/usr/include"
-sources=$(ls csrc/core/*.cpp csrc/core/*/*.cpp csrc/torch/*.cpp | grep -v -e /tests/ -e /bench/)
+# The words after KEY... on each line of csrc/sources_and_flags.txt that begins with them.
+build_list() {
+  awk -v key="$*" '{ sub(/#.*/, ""); $1 = $1 } index($0, key " ") == 1 { print substr($0, length(key) + 2) }' \
+    csrc/sources_and_flags.txt
+}
+flags="$(build_list cxxflags) $(build_list march portable aarch64) -fPIC -DNDEBUG -fwrapv
+  -D_GLIBCXX_USE_CXX11_ABI=1 -DTORCH_EXTENSION_NAME=_C -DTORCH_API_INCLUDE_EXTENSION_H
+  -isystem $site/torch/include -isystem $site/torch/include/torch/csrc/api/include
+  -isystem $root/usr/include/python3.11 -idirafter $root/usr/include"
+sources=$(for pattern in $(build_list core) $(build_list glue); do ls $pattern; done)
 echo "$sources" | xargs -P "${MAX_JOBS:-2}" -I{} sh -c \
   'o="$2/$(echo "$1" | tr / _).o"; [ "$o" -nt "$1" ] || aarch64-linux-gnu-g++ '"$(echo $flags)"' -c "$1" -o "$o"' \
   _ {} "$objects"
@@ -83,9 +89,6 @@ git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf - | t
 aarch64-linux-gnu-g++ -shared $(echo "$sources" | sed "s|/|_|g; s|^|$objects/|; s|$|.o|") \
   -o "$checkout/pycomm/_C.cpython-311-aarch64-linux-gnu.so" \
   -L"$site/torch/lib" -lc10 -ltorch -ltorch_cpu -ltorch_python -Wl,--allow-shlib-undefined
-aarch64-linux-gnu-g++ -O2 -std=c++20 -fPIC -shared -isystem "$root/usr/include/python3.11" \
-  -idirafter "$root/usr/include" csrc/tables/tables_module.cpp csrc/core/routing.cpp \
-  -o "$checkout/pycomm/_tables.cpython-311-aarch64-linux-gnu.so" -Wl,--allow-shlib-undefined
 
 echo "== two ranks of pycomm's backend on aarch64 (emulated), against gloo"
 port=$((29500 + RANDOM % 2000))

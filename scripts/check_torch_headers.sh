@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# Compiles every glue source (csrc/torch/*.cpp, and the torch-free tables
-# module) with -fsyntax-only and the flags of the real build (read from the
+# Compiles every glue source (csrc/torch/*.cpp) with -fsyntax-only and the flags of the real build (read from the
 # build.ninja of scripts/setup.sh's in-place build; CUDA on when that build had
 # it), against the headers of another torch release, for another architecture,
 # or both:
@@ -28,8 +27,8 @@ if [ "${1:-}" = --arch ]; then
     { echo "check_torch_headers: no $CXX_FOR_ARCH; scripts/cross_aarch64.sh installs it" >&2; exit 1; }
 fi
 
-ninja_file=$(ls build/temp.*/pycomm._C/build.ninja 2>/dev/null | head -n 1)
-[ -n "$ninja_file" ] || { echo "check_torch_headers: no build/temp.*/pycomm._C/build.ninja; run scripts/setup.sh first" >&2; exit 1; }
+ninja_file=$(ls build/temp.*/build.ninja 2>/dev/null | head -n 1)
+[ -n "$ninja_file" ] || { echo "check_torch_headers: no build/temp.*/build.ninja; run scripts/setup.sh first" >&2; exit 1; }
 cflags=$(sed -n 's/^cflags = //p' "$ninja_file" | sed 's/ -c$//')
 post_cflags=$(sed -n 's/^post_cflags = //p' "$ninja_file")
 if [ "$arch" = aarch64 ]; then
@@ -37,7 +36,6 @@ if [ "$arch" = aarch64 ]; then
 fi
 # The real build's torch include directories, which another release's replace.
 torch_include=$("$PY" -c "import os, torch; print(os.path.join(os.path.dirname(torch.__file__), 'include'))")
-python_include=$("$PY" -c "import sysconfig; print(sysconfig.get_paths()['include'])")
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/pycomm/torch-headers
 
 # Compiles each source with the given flags, MAX_JOBS at a time; prints every
@@ -81,6 +79,3 @@ for version in "$@"; do
   compile_all "$flags" csrc/torch/*.cpp ||
     { echo "check_torch_headers: the glue does not compile for $arch against $what" >&2; exit 1; }
 done
-# The tables module includes Python's headers alone: once is enough.
-compile_all "-std=c++20 -Wall -I$python_include" csrc/tables/*.cpp ||
-  { echo "check_torch_headers: the tables module does not compile for $arch" >&2; exit 1; }

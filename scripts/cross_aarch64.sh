@@ -30,13 +30,13 @@ qemu=(qemu-aarch64-static -L /usr/aarch64-linux-gnu)
 
 echo "== native tests: aarch64 (cross-built, run under qemu)"
 cmake -S . -B native-build-aarch64 "${generator[@]}" -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake \
-  -DPYCOMM_NATIVE_ARCH=OFF -DPYCOMM_CUDA=OFF -DPYCOMM_SANITIZE= -DCMAKE_CXX_FLAGS= >/dev/null
+  -DPYCOMM_MARCH=portable -DPYCOMM_CUDA=OFF -DPYCOMM_SANITIZE= -DCMAKE_CXX_FLAGS= >/dev/null
 cmake --build native-build-aarch64 -j "${MAX_JOBS:-2}"
 ctest --test-dir native-build-aarch64 --output-on-failure
 
 echo "== the kernels' test: aarch64 with SVE, under qemu at 128- and 512-bit vectors"
 cmake -S . -B native-build-aarch64-sve "${generator[@]}" -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake \
-  -DPYCOMM_NATIVE_ARCH=OFF -DPYCOMM_CUDA=OFF -DPYCOMM_SANITIZE= "-DCMAKE_CXX_FLAGS=-march=armv8.2-a+sve" >/dev/null
+  -DPYCOMM_MARCH=armv8.2-a+sve -DPYCOMM_CUDA=OFF -DPYCOMM_SANITIZE= -DCMAKE_CXX_FLAGS= >/dev/null
 cmake --build native-build-aarch64-sve -j "${MAX_JOBS:-2}" --target test_vector_kernels
 for bytes in 16 64; do
   echo "-- SVE vector length $((bytes * 8)) bits"

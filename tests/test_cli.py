@@ -586,6 +586,20 @@ def test_python_dash_m(capsys):
     assert code == 0 and done.stdout == out         # the same command as pycomm's
 
 
+def test_doctor_runs_where_the_runtime_cannot_load():
+    """Without torch, and so without pycomm._C, `pycomm doctor` still runs, to say why."""
+    check = ("import runpy, sys; sys.modules['torch'] = None; "
+             "sys.argv = ['pycomm', 'doctor', '--json']; "
+             "runpy.run_module('pycomm', run_name='__main__', alter_sys=True)")
+    done = subprocess.run([sys.executable, "-c", check], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    info = json.loads(done.stdout)
+    assert info["torch"].startswith("not importable")
+    assert "torch cannot be imported; pycomm needs it" in info["warnings"]
+    assert "needs pycomm's runtime, which did not load" in info["pycomm_cuda_built"]
+
+
 def test_the_runtime_does_not_import_the_tools():
     check = ("import sys, pycomm; import pycomm.comm, pycomm.hooks, pycomm.bucketing, "
              "pycomm.bucket_ops; "

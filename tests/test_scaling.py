@@ -1,11 +1,7 @@
 """The scaling model (pycomm/tools/scaling/): the ring formula, limits, monotonicity, presets,
-calibration, the backend's routing, and running without torch."""
+calibration and the backend's routing."""
 import json
 import math
-import os
-import subprocess
-import sys
-import textwrap
 from dataclasses import replace
 from pathlib import Path
 
@@ -657,45 +653,3 @@ def test_hierarchy_table_routes_by_the_backends_threshold_and_layout(monkeypatch
     [(_, _, hier, _)] = scaling.hierarchy_table(uneven, [size], 8)
     assert hier == pytest.approx(intra + ring_allreduce_time(size, 4, ETH.alpha_s,
                                                              ETH.bandwidth_Bps))
-
-
-# --------------------------------------------------------------------------- without torch
-
-REPO = Path(__file__).resolve().parent.parent
-
-# Runs in a fresh interpreter where torch and pycomm's extension cannot be imported at all.
-_WITHOUT_TORCH = textwrap.dedent("""
-    import importlib.abc, json, sys
-
-    class Blocked(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name == "torch" or name.startswith("torch.") or name == "pycomm._C":
-                raise ImportError(f"{name} is blocked in this test")
-            return None
-
-    sys.meta_path.insert(0, Blocked())
-    from pycomm.tools import scaling
-
-    c = scaling.calibrate(sys.argv[1])
-    link = c.interconnect()
-    p = scaling.predict(scaling.RESNET50, scaling.Cluster(16, 8, link, link), scaling.Sync())
-    hier = scaling.hierarchical_allreduce_time(scaling.MIB, 2, 8, link, link)
-    print(json.dumps({"alpha_s": c.alpha_s, "bandwidth_Bps": c.bandwidth_Bps,
-                      "step_s": p.step_s, "hier_s": hier,
-                      "torch": "torch" in sys.modules, "_C": "pycomm._C" in sys.modules}))
-""")
-
-
-def test_runs_where_torch_and_the_extension_cannot_load(tmp_path):
-    path = tmp_path / "allreduce.json"
-    path.write_text(json.dumps({"meta": {"schema": 1}, "rows": synthetic_rows(10e-6, 4e9)}))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
-    proc = subprocess.run([sys.executable, "-c", _WITHOUT_TORCH, str(path)], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout)
-    assert out["alpha_s"] == pytest.approx(10e-6, rel=1e-9)
-    assert out["bandwidth_Bps"] == pytest.approx(4e9, rel=1e-9)
-    assert out["step_s"] > scaling.RESNET50.step_compute_s and out["hier_s"] > 0
-    assert not out["torch"] and not out["_C"]

@@ -1,11 +1,11 @@
 // Every setting of a communicator, once. Each row: the name (the key of the
-// config dict that pycomm._C and pycomm._tables speak), the field of
+// config dict that pycomm._C speaks), the field of
 // CommConfig (tuning.h) it sets, the environment variable that overrides it,
 // that variable's unit and the factor from it to the field's unit, the default
 // for `world` ranks on a host where the process may run on `cores` cores, and
 // why the setting exists. tuning.h's default_config(), the config dict of
 // csrc/torch/module.cpp and Python's environment table (pycomm/config.py,
-// through pycomm._tables) are all made from this list; nothing else names a
+// through csrc/torch/tables_bindings.cpp) are all made from this list; nothing else names a
 // setting or states its default. Measured on the 2-core CI host
 // (bench/collectives_perf.py) unless a row says otherwise.
 #pragma once

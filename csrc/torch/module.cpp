@@ -21,6 +21,7 @@
 #include "frontend.h"
 #include "hierarchical_plan.h"
 #include "host_plan.h"
+#include "tables_bindings.h"
 #include "tensor_checks.h"
 
 namespace py = pybind11;
@@ -323,4 +324,5 @@ PYBIND11_MODULE(_C, m) {
   m.def("cuda_max_blocks_per_rank", &cuda::max_blocks_per_rank, py::arg("world"), py::arg("sm_count"),
         "The most blocks a rank's CUDA all-reduce launches, so that every rank's blocks are "
         "resident at once on a GPU of sm_count SMs.");
+  bind_tables(m);
 }

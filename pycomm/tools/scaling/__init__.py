@@ -1,7 +1,7 @@
 """The scaling model: what synchronous data-parallel training costs on N GPUs, and why.
 
-Torch-free: it imports the standard library, pycomm.routing (the backend's routing table) and
-pycomm.tools.results_schema only, so it runs where pycomm's extension cannot load.
+The hierarchical all-reduce follows the backend's own routing table (pycomm.routing, read from
+pycomm._C); the rest is the standard library and pycomm.tools.results_schema.
 
     links      the interconnect catalogue (alpha and B of NVLink, PCIe, InfiniBand, Ethernet;
                a CPU host's shared memory and gloo's TCP, fitted to bench/results)

@@ -56,7 +56,6 @@ import math
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from ...routing import all_reduce_route
 from .links import Interconnect
 
 
@@ -111,6 +110,10 @@ def hierarchical_allreduce_time(size_bytes: float, hosts: int, per_host: int,
     """
     if hosts < 1 or per_host < 1 or nics_per_host < 1:
         raise ValueError("hosts, per_host and nics_per_host: must be >= 1")
+    # Here, not at the top: the routing table is pycomm._C's, and the `pycomm` command (its
+    # doctor above all) must load where the extension cannot.
+    from ...routing import all_reduce_route
+
     limit = None if leader_max_bytes is None else int(leader_max_bytes)
     route = all_reduce_route(hosts=hosts, local_size=per_host, nbytes=int(size_bytes),
                              itemsize=itemsize, uniform=uniform, leader_max_bytes=limit)

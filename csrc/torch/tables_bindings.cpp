@@ -1,0 +1,146 @@
+#include "tables_bindings.h"
+
+#include <iterator>
+#include <string>
+#include <type_traits>
+
+#include "../core/routing.h"
+#include "../core/tuning.h"
+
+namespace py = pybind11;
+
+namespace pycomm {
+namespace {
+
+using namespace pycomm::core;
+
+template <typename T>
+const char* type_name() {
+  if constexpr (std::is_same_v<T, bool>) return "bool";
+  else if constexpr (std::is_floating_point_v<T>) return "float";
+  else return "int";
+}
+
+py::dict default_config_dict(int world, int cores) {
+  const CommConfig c = core::default_config(world, cores);
+  py::dict d;
+#define PYCOMM_PUT_VALUE(name, field, env, unit, factor, value, why) d[#name] = c.field;
+  PYCOMM_SETTINGS(PYCOMM_PUT_VALUE)
+#undef PYCOMM_PUT_VALUE
+  return d;
+}
+
+py::list settings_rows() {
+  py::list rows;
+  CommConfig c;
+#define PYCOMM_PUT_ROW(name, field, env, unit, factor, value, why)                          \
+  rows.append(py::dict(py::arg("name") = #name, py::arg("field") = #field,                  \
+                       py::arg("env") = env, py::arg("unit") = unit,                        \
+                       py::arg("factor") = long(factor),                                    \
+                       py::arg("type") = type_name<decltype(c.field)>(), py::arg("why") = why));
+  PYCOMM_SETTINGS(PYCOMM_PUT_ROW)
+#undef PYCOMM_PUT_ROW
+  (void)c;
+  return rows;
+}
+
+// The i for which name_at(i) is `name`, among 0 ... n - 1.
+template <typename NameAt>
+int index_of(const std::string& name, int n, NameAt name_at, const char* what) {
+  std::string known;
+  for (int i = 0; i < n; ++i) {
+    if (name == name_at(i)) return i;
+    known += std::string(i ? ", " : "") + name_at(i);
+  }
+  throw py::value_error(std::string(what) + ": unknown " + what + " '" + name +
+                        "'; expected one of " + known);
+}
+
+// A size argument (any integer, as index() takes it): OverflowError beyond 64
+// bits, ValueError below 0, so that a negative size is an error rather than a
+// huge one.
+size_t size_of(const char* name, const py::object& value) {
+  const long long v = PyLong_AsLongLong(value.ptr());
+  if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
+  if (v < 0) {
+    throw py::value_error(std::string(name) + ": expected a size of 0 or more, got " +
+                          std::to_string(v));
+  }
+  return size_t(v);
+}
+
+py::tuple route_of(const std::string& collective, bool cuda, bool sparse, bool native_op, int hosts,
+                bool uniform, int local_size, const py::object& count, const py::object& bytes,
+                const py::object& direct_max_bytes, const py::object& leader_max_bytes,
+                const std::string& dtype, const std::string& op, bool contiguous) {
+  RouteQuery q;
+  q.collective = Collective(index_of(collective, kCollectives,
+                                      [](int i) { return collective_name(Collective(i)); },
+                                      "collective"));
+  // dtype: a name of the core's reducible types (any other type routes as "opaque").
+  q.dtype = opaque_dtype(0, 1);
+  for (DType d : kReducibleDtypes) {
+    if (dtype == dtype_name(d)) q.dtype = d;
+  }
+  if (is_opaque(q.dtype) && dtype != "opaque") {
+    throw py::value_error("dtype: unknown dtype '" + dtype +
+                          "'; expected a reducible dtype's name or 'opaque'");
+  }
+  // ReduceOp counts from 1.
+  q.op = ReduceOp(index_of(op, int(ReduceOp::kBxor),
+                           [](int i) { return op_name(ReduceOp(i + 1)); }, "op") +
+                  1);
+  if (hosts < 1 || local_size < 1) throw py::value_error("hosts, local_size: expected at least 1");
+  q.count = size_of("count", count);
+  q.bytes = size_of("bytes", bytes);
+  q.direct_max_bytes = size_of("direct_max_bytes", direct_max_bytes);
+  q.leader_max_bytes = size_of("leader_max_bytes", leader_max_bytes);
+  q.cuda = cuda;
+  q.sparse = sparse;
+  q.native_op = native_op;
+  q.uniform = uniform;
+  q.contiguous = contiguous;
+  q.hosts = hosts;
+  q.local_size = local_size;
+  const Routed r = core::route(q);
+  return py::make_tuple(plan_name(r.plan), route_name(r.route));
+}
+
+// A tuple of the names name_at(0), ..., name_at(n - 1).
+template <typename NameAt>
+py::tuple names(size_t n, NameAt name_at) {
+  py::tuple t(n);
+  for (size_t i = 0; i < n; ++i) t[i] = py::str(name_at(i));
+  return t;
+}
+
+}  // namespace
+
+void bind_tables(py::module_& m) {
+  m.attr("COLLECTIVES") =
+      names(kCollectives, [](size_t i) { return collective_name(Collective(i)); });
+  m.attr("PLANS") = names(kPlans, [](size_t i) { return plan_name(Plan(i)); });
+  m.attr("ALGORITHMS") = names(kRoutes, [](size_t i) { return route_name(Route(i)); });
+  m.attr("REDUCE_OPS") =
+      names(std::size(kReduceOps), [](size_t i) { return op_name(kReduceOps[i]); });
+  m.attr("ALL_REDUCE_ALGORITHMS") = names(std::size(kAllReduceAlgorithms), [](size_t i) {
+    return algorithm_name(uint32_t(kAllReduceAlgorithms[i]));
+  });
+  m.def("default_config", &default_config_dict, py::arg("world"), py::arg("cores"),
+        "default_config(world, cores) -> dict: every setting's default for `world` ranks on "
+        "`cores` cores (csrc/core/settings.h).");
+  m.def("settings", &settings_rows,
+        "settings() -> list of dict: the settings table (name, field, env, unit, factor from "
+        "the variable's unit to the setting's, type, why).");
+  m.def("route", &route_of, py::arg("collective"), py::kw_only(), py::arg("cuda") = false,
+        py::arg("sparse") = false, py::arg("native_op") = true, py::arg("hosts") = 1,
+        py::arg("uniform") = true, py::arg("local_size") = 1, py::arg("count") = 0,
+        py::arg("bytes") = 0, py::arg("direct_max_bytes") = 0,
+        py::arg("leader_max_bytes") = 0, py::arg("dtype") = "float32",
+        py::arg("op") = "sum", py::arg("contiguous") = true,
+        "route(collective, *, cuda, sparse, native_op, hosts, uniform, local_size, count, "
+        "bytes, direct_max_bytes, leader_max_bytes, dtype, op, contiguous) -> (plan, "
+        "algorithm): the backend's routing rule (csrc/core/routing.h).");
+}
+
+}  // namespace pycomm

@@ -1,0 +1,16 @@
+// The settings table (csrc/core/settings.h) and the routing table
+// (csrc/core/routing.h) as pycomm._C's module-level names, for the Python that
+// reads the rules the backend runs instead of restating them: pycomm.config,
+// pycomm.routing, `pycomm doctor` and the scaling model.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+namespace pycomm {
+
+// COLLECTIVES, PLANS, ALGORITHMS, REDUCE_OPS, ALL_REDUCE_ALGORITHMS (tuples of
+// names, in the tables' order), settings(), default_config(world, cores) and
+// route(collective, **query).
+void bind_tables(pybind11::module_& m);
+
+}  // namespace pycomm
