@@ -31,14 +31,14 @@ import sys
 from harness.calibration import calibrations  # (harness puts pycomm on sys.path)
 from harness.ddp_data import MODELS, synthetic_data
 from harness.ddp_modes import CEILINGS, DEFAULT_MODES, MODES, uses_pycomm
-from harness.ddp_records import (baseline_record, mode_record, prediction_on, ratios,
-                                 usable_cores)
+from harness.ddp_records import baseline_record, mode_record, prediction_on, ratios
 from harness.ddp_report import report
 from harness.ddp_trainer import Trainer, run_baseline, train_in_turns
 from harness.launch import launch, under_torchrun
 from harness.peers import nccl
 from harness.peers.pycomm import backend_group, ring_support
 from harness.world import World
+from pycomm.host_cpus import usable_cores
 
 # Where the JSON and the plot go unless told otherwise (ignored by git).
 _OUT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")

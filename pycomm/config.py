@@ -13,6 +13,7 @@ import os
 from typing import NamedTuple
 
 from ._runtime_missing import import_runtime
+from .host_cpus import usable_cores
 
 _C = import_runtime("pycomm.config")
 
@@ -30,10 +31,6 @@ class Setting(NamedTuple):
 SETTINGS = tuple(Setting(**row) for row in _C.settings())
 _BY_NAME = {s.name: s for s in SETTINGS}
 _CAST = {"int": int, "float": float, "bool": bool}
-
-
-def _cores() -> int:
-    return len(os.sched_getaffinity(0))
 
 
 def _number(name: str, raw: str) -> float:
@@ -60,7 +57,7 @@ def setting(name: str, world: int = 2):
     if s is None:
         raise ValueError(f"name: unknown setting {name!r}; expected one of {', '.join(_BY_NAME)}")
     value = _from_env(s)
-    return _C.default_config(world, _cores())[name] if value is None else value
+    return _C.default_config(world, usable_cores())[name] if value is None else value
 
 
 def timeout_seconds(timeout, default=None) -> float:
@@ -84,7 +81,7 @@ def timeout_seconds(timeout, default=None) -> float:
 def communicator_config(world: int, timeout_s: float) -> dict:
     """The settings for a communicator of `world` ranks (the timeout is resolved
     by timeout_seconds, which the caller runs first)."""
-    config = _C.default_config(world, _cores())
+    config = _C.default_config(world, usable_cores())
     for s in SETTINGS:
         value = _from_env(s)
         if value is not None:

@@ -225,7 +225,7 @@ def test_predict_3d_prints_the_table(capsys):
         LAYOUT, 8, scaling.get_interconnect("nvlink3"), scaling.get_interconnect("ib-hdr")), 1e-3)
     assert "dp 4 x tp 2 x pp 4 = 32 ranks, 8 microbatches of 2 x 512 tokens" in out
     assert f"{p.params:,} parameters" in out
-    assert "64 x 2.1 MB all-reduce" in out                    # tp: 4 a layer x 2 x 8
+    assert "64 x 2 MiB all-reduce" in out                      # tp: 4 a layer x 2 x 8
     assert "(p-1)/(m+p-1) = 3/11 = 27.3%" in out
     assert f"= {p.step_s * 1e3:.3f} ms; communication {p.comm_fraction:.1%}" in out
 

@@ -24,7 +24,6 @@ harness/calibration.py's sweep (or a --calibration file). The prediction assumes
 from __future__ import annotations
 
 import math
-import os
 import statistics
 import time
 
@@ -36,14 +35,6 @@ from .step_parts import PARTS
 ALONE_REPS = (3, 10)
 # Which calibration predicts each mode (None: nothing to predict).
 CALIBRATION_OF = {"stock": "stock", "no-comm": None, "sync-only": None, "backend": "backend"}
-
-
-def usable_cores() -> int:
-    """Cores this process may run on (its affinity), which every rank shares."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def scaling_figures(N, t1, tn) -> dict:

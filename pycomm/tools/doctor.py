@@ -11,6 +11,8 @@ import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Union
+from ..host_cpus import usable_cores
+from .units import human_bytes
 
 __all__ = ["Finding", "check_script", "check_source", "environment", "findings_as_dicts",
            "format_environment",
@@ -87,8 +89,7 @@ def environment() -> Dict[str, Any]:
                         "needs it (set PYCOMM_SHM_DIR to a tmpfs)")
     info["shm"] = shm
 
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    info["cpus"] = {"online": os.cpu_count(), "usable": usable}
+    info["cpus"] = {"online": os.cpu_count(), "usable": usable_cores()}
 
     gpus: List[Dict[str, Any]] = []
     peer: Dict[str, bool] = {}
@@ -154,15 +155,6 @@ def _host_layout() -> Dict[str, Any]:
     return out
 
 
-def _bytes(n: Optional[int]) -> str:
-    if n is None:
-        return "?"
-    for unit, size in (("GiB", GIB), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n} B"
-
-
 def format_environment(info: Dict[str, Any]) -> str:
     lines = [
         f"pycomm       {info.get('pycomm', '?')} ({Path(__file__).resolve().parents[1]})",
@@ -187,14 +179,14 @@ def format_environment(info: Dict[str, Any]) -> str:
     if "error" in shm:
         lines.append(f"shm          {shm['dir']}: {shm['error']}")
     else:
-        lines.append(f"shm          {shm['dir']}: {_bytes(shm['free_bytes'])} free of "
-                     f"{_bytes(shm['total_bytes'])}")
+        lines.append(f"shm          {shm['dir']}: {human_bytes(shm['free_bytes'])} free of "
+                     f"{human_bytes(shm['total_bytes'])}")
     cpus = info["cpus"]
     lines.append(f"CPUs         {cpus['usable']} usable ({cpus['online']} online)")
     if info["gpus"]:
         for g in info["gpus"]:
             lines.append(f"GPU {g['index']:<8} {g['name']} (sm {g['capability']}, "
-                         f"{_bytes(g['memory_bytes'])})")
+                         f"{human_bytes(g['memory_bytes'])})")
         if info["peer_access"]:
             ok = sum(info["peer_access"].values())
             lines.append(f"peer access  {ok}/{len(info['peer_access'])} GPU pairs"

@@ -66,6 +66,7 @@ from typing import Iterable, Optional, Tuple
 from .calibrate import fit_alpha_beta
 from .links import Interconnect
 from .model import Cluster, ring_allreduce_time
+from ..units import human_bytes
 
 SCHEDULES = ("1f1b", "gpipe")
 
@@ -292,13 +293,6 @@ def predict_3d(layout: Layout3D, shape: TransformerShape, links: Links3D,
     )
 
 
-def _bytes(n: float) -> str:
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n:.0f} B"
-
-
 def format_prediction_3d(pred: Prediction3D) -> str:
     """The prediction as a table: one row per dimension, then the step from its parts."""
     lay, sh = pred.layout, pred.shape
@@ -315,9 +309,9 @@ def format_prediction_3d(pred: Prediction3D) -> str:
     for d in (pred.dp, pred.tp, pred.pp):
         link = (f"{d.link.name} {d.link.alpha_s * 1e6:.1f} us, "
                 f"{d.link.bandwidth_Bps / 1e9:.3g} GB/s")
-        what = f"{d.messages} x {_bytes(d.message_bytes)} {d.operation.split(' of ')[0]}"
+        what = f"{d.messages} x {human_bytes(d.message_bytes)} {d.operation.split(' of ')[0]}"
         lines.append(f"  {d.dim:4} {d.ranks:>5}  {link:34} {what:28} "
-                     f"{_bytes(d.sent_bytes_per_rank):>10} {ms(d.seconds):>12}")
+                     f"{human_bytes(d.sent_bytes_per_rank):>10} {ms(d.seconds):>12}")
     m = lay.microbatches
     lines += [
         f"  slot     one microbatch on one stage: {ms(pred.compute_per_microbatch_s)} compute + "
