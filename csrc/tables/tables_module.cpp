@@ -154,8 +154,8 @@ PyObject* route(PyObject*, PyObject* args, PyObject* kwargs) {
   q.sparse = sparse;
   q.native_op = native_op;
   q.uniform = uniform;
-  const Routed r = pycomm::core::route(q);
-  return Py_BuildValue("(ss)", plan_name(r.plan), route_name(r.route));
+  const Route r = pycomm::core::route(q);
+  return Py_BuildValue("(ss)", runner_name(r.runner), algorithm_name(r.algorithm));
 }
 
 // A tuple of the names name_at(0), ..., name_at(n - 1).
@@ -209,15 +209,15 @@ PyMODINIT_FUNC PyInit__tables() {
       add(m, "COLLECTIVES", names(kCollectives, [](size_t i) {
         return collective_name(Collective(i));
       })) == 0 &&
-      add(m, "PLANS", names(kPlans, [](size_t i) { return plan_name(Plan(i)); })) == 0 &&
-      add(m, "ALGORITHMS", names(kRoutes, [](size_t i) {
-        return route_name(Route(i));
+      add(m, "PLANS", names(kRunners, [](size_t i) { return runner_name(Runner(i)); })) == 0 &&
+      add(m, "ALGORITHMS", names(kAlgorithms - 1, [](size_t i) {
+        return algorithm_name(Algorithm(i + 1));  // every answer of route(): all but auto
       })) == 0 &&
       add(m, "REDUCE_OPS", names(std::size(kReduceOps), [](size_t i) {
         return op_name(kReduceOps[i]);
       })) == 0 &&
       add(m, "ALL_REDUCE_ALGORITHMS", names(std::size(kAllReduceAlgorithms), [](size_t i) {
-        return algorithm_name(uint32_t(kAllReduceAlgorithms[i]));
+        return algorithm_name(kAllReduceAlgorithms[i]);
       })) == 0;
   if (!ok) {
     Py_DECREF(m);
