@@ -8,13 +8,18 @@
 (csrc/torch/frontend.h, with the host plan) over a communicator of its own, set up through the
 store torch hands the backend (bounded like every pycomm wait, see
 rendezvous.py), and a gloo backend on a prefixed copy of that store for what
-pycomm does not run itself (sparse tensors; gather, scatter and send/recv across
-hosts; CUDA tensors but the CUDA all-reduce's).
+the routing table (csrc/core/routing.h) sends to the fallback, so that every
+call gloo serves is served: sparse tensors, CUDA tensors but the CUDA
+all-reduce's, and across hosts gather, scatter and point-to-point, which
+pycomm runs in shared memory only.
 
 A group whose ranks span hosts (topology.py) gets the hierarchical plan
 (csrc/torch/hierarchical_plan.h): a communicator over each host's ranks, and a gloo
 group over the ranks with the same local index on every host for the steps
 between hosts.
+
+pycomm's own API (comm.py) enters the same backends: create_host_backend
+without a fallback on one host, create_hierarchical_backend across hosts.
 """
 from __future__ import annotations
 
@@ -64,16 +69,24 @@ def _create(options, _backend_options=None):
     if len(layout.hosts) > 1:
         return create_hierarchical_backend(store, "pycomm/backend", layout, rank, timeout_s, what,
                                            tag=f"g{options.group_id}")
-    comm = create_communicator(store, "pycomm/backend", rank, world, timeout_s,
-                               communicator_config(world, timeout_s), what=what,
-                               tag=f"g{options.group_id}")
+    return create_host_backend(store, "pycomm/backend", rank, world, timeout_s, what,
+                               tag=f"g{options.group_id}", fallback_timeout=options.timeout)
+
+
+def create_host_backend(store, prefix: str, rank: int, world: int, timeout_s: float, what: str,
+                        tag: str = "", fallback_timeout: Optional[datetime.timedelta] = None):
+    """Collective: the backend of a group on one host. fallback_timeout: the
+    gloo fallback's (None: no fallback, and what the routing table sends
+    there is refused with the argument's error, as pycomm's own API does)."""
+    comm = create_communicator(store, prefix, rank, world, timeout_s,
+                               communicator_config(world, timeout_s), what=what, tag=tag)
     try:
-        fallback = dist.ProcessGroupGloo(dist.PrefixStore("pycomm/fallback/", store), rank, world,
-                                         options.timeout)
+        fallback = None if fallback_timeout is None else dist.ProcessGroupGloo(
+            dist.PrefixStore(f"{prefix}/fallback/", store), rank, world, fallback_timeout)
+        return _C.make_backend(comm, fallback)
     except BaseException:
         comm.close()
         raise
-    return _C.make_backend(comm, fallback)
 
 
 def create_hierarchical_backend(store, prefix: str, layout: HostLayout, rank: int,

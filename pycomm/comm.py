@@ -2,8 +2,10 @@
 
 A communicator is set up collectively by every rank of a group, through the
 group's store (rendezvous.py), and nothing of it stays in /dev/shm once set up.
-The torch.distributed backend (backend.py) builds its own communicators the
-same way; this module serves pycomm's direct API.
+It holds the same native backend a "pycomm" process group gets (backend.py),
+so pycomm's direct API enters the one front-end dist.* enters
+(csrc/torch/frontend.h), on one host and across hosts; on one host it has no
+gloo fallback, and refuses what would go there with the argument's error.
 """
 from __future__ import annotations
 
@@ -14,14 +16,11 @@ import torch
 import torch.distributed as dist
 
 from . import _C
-from .config import communicator_config, timeout_seconds
-from .rendezvous import create_communicator
+from .config import timeout_seconds
 from .topology import exchange
 
 __all__ = ["Communicator", "init", "all_reduce", "barrier", "destroy", "get_communicator"]
 
-_OP_NAMES = _C.REDUCE_OPS
-_ALGORITHMS = _C.ALL_REDUCE_ALGORITHMS  # two_shot: CUDA tensors only
 _REDUCE_OPS = {
     dist.ReduceOp.SUM: "sum",
     dist.ReduceOp.AVG: "avg",
@@ -63,18 +62,16 @@ class Communicator:
         serial = store.add(f"pycomm/serial/{self.rank}", 1)
         prefix = f"pycomm/comm/{serial}"
         layout = exchange(store, prefix, self.rank, self.world_size, timeout_s, _caller)
-        if len(layout.hosts) > 1:
-            from .backend import create_hierarchical_backend
+        from .backend import create_hierarchical_backend, create_host_backend
 
-            self._impl = _AcrossHosts(create_hierarchical_backend(
-                store, prefix, layout, self.rank, timeout_s, _caller, tag=f"c{serial}"))
+        if len(layout.hosts) > 1:
+            self._backend = create_hierarchical_backend(store, prefix, layout, self.rank, timeout_s,
+                                                        _caller, tag=f"c{serial}")
         else:
-            self._impl = create_communicator(
-                store, prefix, self.rank, self.world_size, timeout_s,
-                communicator_config(self.world_size, timeout_s), what=_caller)
+            self._backend = create_host_backend(store, prefix, self.rank, self.world_size, timeout_s,
+                                                _caller, tag=f"c{serial}")
         self.layout = layout
         self.timeout_s = timeout_s
-        self.segment_name = self._impl.segment_name
 
     def all_reduce(self, tensor, op="sum", async_op=False, algorithm="auto",
                    restore_on_failure=None):
@@ -86,18 +83,33 @@ class Communicator:
         if op.__class__ is not str:
             op = _op_name(op)
         if algorithm.__class__ is not str:
-            _algorithm_name(algorithm)
-        return self._impl.all_reduce(tensor, op, async_op, algorithm, restore_on_failure)
+            algorithm = checked_algorithm(algorithm)
+        return _C.all_reduce(self._backend, tensor, op, async_op, algorithm, restore_on_failure)
+
+    def all_reduce_future(self, tensor, op="sum", algorithm="auto",
+                          restore_on_failure=None) -> torch.futures.Future:
+        """Starts an in-place all-reduce and returns a torch.futures.Future whose
+        value is `tensor` itself, as a DDP communication hook returns it (the
+        work object's get_future() holds [tensor], as torch's own does)."""
+        if tensor.__class__ is not torch.Tensor:
+            _check_tensor_type(tensor)
+        if op.__class__ is not str:
+            op = _op_name(op)
+        if algorithm.__class__ is not str:
+            algorithm = checked_algorithm(algorithm)
+        return _C.all_reduce(self._backend, tensor, op, True, algorithm, restore_on_failure,
+                             python_future=True)
 
     def barrier(self):
         """Returns once every rank of the group has called barrier()."""
-        self._impl.barrier()
+        _C.barrier(self._backend)
 
     def close(self):
-        """Stops the worker thread and unmaps the shared memory. Idempotent."""
-        impl = getattr(self, "_impl", None)
-        if impl is not None:
-            impl.close()
+        """Finishes what was issued, stops the worker thread and unmaps the
+        shared memory. Idempotent."""
+        backend = self.__dict__.pop("_backend", None)
+        if backend is not None:
+            backend.shutdown()
 
     def __repr__(self):
         return (f"pycomm.Communicator(rank={self.rank}, world_size={self.world_size}, "
@@ -121,68 +133,17 @@ def _op_name(op) -> str:
     shown = getattr(kind, "name", None) or repr(op)
     hint = ("; PREMUL_SUM runs through the backend (dist.all_reduce on a pycomm group)"
             if shown == "PREMUL_SUM" else "")
-    raise ValueError(f"op: unsupported reduction {shown}; expected one of {', '.join(_OP_NAMES)} "
-                     f"or the matching torch.distributed.ReduceOp{hint}")
+    raise ValueError(f"op: unsupported reduction {shown}; expected one of "
+                     f"{', '.join(_REDUCE_OPS.values())} or the matching torch.distributed.ReduceOp{hint}")
 
 
-def _algorithm_name(algorithm) -> str:
-    if algorithm.__class__ is not str:
-        raise ValueError(f"algorithm: expected one of {', '.join(_ALGORITHMS)}, got {algorithm!r}")
-    return algorithm
-
-
-_OPS_BY_NAME = {name: op for op, name in _REDUCE_OPS.items()}
-
-
-class _AcrossHosts:
-    """The native communicator's face (all_reduce, barrier, close) over pycomm's
-    hierarchical backend, for a group whose ranks span hosts: shared memory in
-    each host, gloo between hosts (csrc/torch/hierarchical_plan.h). The algorithm
-    there is chosen by size and layout; `algorithm` is only checked, and
-    restore_on_failure does not apply (a failed step is aborted everywhere)."""
-
-    segment_name = ""  # one segment per host, none of them this object's
-
-    def __init__(self, backend):
-        self._backend = backend
-
-    def all_reduce(self, tensor, op, async_op, algorithm, restore_on_failure=None,
-                   python_future=False):
-        _C.check_all_reduce_names(op, algorithm)  # the one-host communicator's errors
-        opts = dist.AllreduceOptions()
-        opts.reduceOp = _OPS_BY_NAME[op]
-        opts.asyncOp = async_op
-        work = self._backend.allreduce([tensor], opts)
-        if not async_op:
-            work.wait()
-            return None
-        return _AcrossHostsWork(work, python_future)
-
-    def barrier(self):
-        self._backend.barrier(dist.BarrierOptions()).wait()
-
-    def close(self):
-        backend, self._backend = self._backend, None
-        if backend is not None:
-            backend.shutdown()
-
-
-class _AcrossHostsWork:
-    def __init__(self, work, python_future=False):
-        self._work = work
-        self._python_future = python_future
-
-    def wait(self):
-        return self._work.wait()
-
-    def is_completed(self):
-        return self._work.is_completed()
-
-    def get_future(self):
-        # The backend's future holds the output list, as the one-host Work's
-        # does; ring_hook's (python_future) holds the tensor, as DDP wants.
-        future = self._work.get_future()
-        return future.then(lambda f: f.value()[0]) if self._python_future else future
+def checked_algorithm(algorithm) -> str:
+    """`algorithm` if pycomm.all_reduce takes it, else ValueError naming the ones it takes."""
+    if isinstance(algorithm, str):
+        _C.check_all_reduce_names("sum", algorithm)
+        return str(algorithm)
+    _C.check_all_reduce_names("sum", repr(algorithm))  # not a name: the error lists the names
+    raise ValueError(f"algorithm: expected a name, got {algorithm!r}")
 
 
 _communicators: dict = {}

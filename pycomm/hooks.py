@@ -34,9 +34,7 @@ class RingState:
 
     def __init__(self, group=None, compression: Optional[str] = None, algorithm: str = "auto"):
         wire_dtype(compression)  # validates
-        if algorithm not in _comm._ALGORITHMS:
-            raise ValueError(f"algorithm: expected one of {', '.join(_comm._ALGORITHMS)}, "
-                             f"got {algorithm!r}")
+        _comm.checked_algorithm(algorithm)
         if group is not None and not isinstance(group, dist.ProcessGroup):
             raise TypeError(f"group: expected a torch.distributed.ProcessGroup or None, "
                             f"got {type(group).__name__}")
@@ -85,14 +83,11 @@ def ring_hook(state, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tens
     buffer = bucket.buffer()
     wire = wire_dtype(st.compression)
     if wire is None or buffer.dtype == wire or not buffer.is_floating_point():
-        # Straight to the native path: DDP's Python-hook interface wants a
-        # future holding the tensor as a Python object (the public
-        # get_future() holds [tensor], as torch's Work does), and with
-        # python_future the worker completes it with one, so no Python callback
-        # runs on pycomm's thread. A failed step cannot use a restored bucket:
-        # no restore copy.
-        return comm._impl.all_reduce(buffer, "avg", async_op=True, algorithm=st.algorithm,
-                                     restore_on_failure=False, python_future=True).get_future()
+        # DDP's Python-hook interface wants a future holding the tensor itself
+        # (all_reduce_future's, made without a Python callback on pycomm's
+        # thread). A failed step cannot use a restored bucket: no restore copy.
+        return comm.all_reduce_future(buffer, "avg", algorithm=st.algorithm,
+                                      restore_on_failure=False)
     key = (bucket.index(), buffer.numel(), buffer.device)
     compressed = st._wire_buffers.get(key)
     if compressed is None:

@@ -144,10 +144,15 @@ class _Rendezvous:
         """The ranks that have not published their pid yet."""
         return [r for r in range(self.world) if not self.store.check([self.key(f"pid/{r}")])]
 
-    def gather_pids(self):
+    def wait_for_pids(self):
+        """Waits until every rank has published its pid and host, and watches
+        the pids of those on this host."""
         keys = [self.key(f"pid/{r}") for r in range(self.world)]
         self.wait_until(lambda: self.store.check(keys), "every rank to start set-up", self.unpublished)
         self._watch_published_pids()
+
+    def gather_pids(self):
+        self.wait_for_pids()
         others = {r: h for r, h in self.hosts.items() if h != self.hosts[self.rank]}
         if others:
             r = min(others)
@@ -155,6 +160,21 @@ class _Rendezvous:
                       f"({self.hosts[self.rank]}): pycomm's shared memory needs every rank of a "
                       f"communicator on one host (groups that span hosts run hierarchically, "
                       f"through topology.py)")
+
+
+def gather_hosts(store, prefix: str, rank: int, world: int, timeout_s: float, what: str):
+    """Collective: every rank publishes its pid and host identity (step 1
+    above) and learns every rank's host identity, in rank order. The wait ends
+    at timeout_s naming the ranks that never arrived, at once if one of them
+    exits; a create_communicator under the same prefix that follows finds
+    every rank published already."""
+    rdv = _Rendezvous(store, prefix, rank, world, timeout_s, what)
+    try:
+        rdv.publish_pid()
+        rdv.wait_for_pids()
+        return [rdv.hosts[r] for r in range(world)]
+    finally:
+        rdv.peers.close()
 
 
 def create_communicator(store, prefix: str, rank: int, world: int, timeout_s: float,

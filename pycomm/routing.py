@@ -24,12 +24,12 @@ DESCRIPTIONS = {
     "direct": "one shot through the shared-memory slots",
     "ring": "the pipelined shared-memory ring",
     "pairwise": "pairwise shared-memory steps",
+    "two_shot": "CUDA IPC on one host: each rank reduces its chunk from every peer, then gathers",
     "leader": "reduce to each host's first rank, gloo among those leaders, broadcast back",
     "rs-ar-ag": "shared-memory reduce-scatter, gloo all-reduce of a 1/L shard per local "
                 "index, shared-memory all-gather",
     "local-index": "gloo among the ranks of one local index, shared memory inside each host",
     "root-host": "the root's host first, its leader to the other leaders, then each host",
-    "cuda-ipc": "pycomm's CUDA IPC kernels on one host",
     "channels": "the point-to-point shared-memory channels, one progress loop over every "
                 "send and receive posted",
     "gloo": "gloo over the whole group, after pycomm's queued work",

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import List, Sequence, Tuple
 
 from . import routing
-from .rendezvous import _Rendezvous
+from .rendezvous import gather_hosts
 
 # The sizes at which plan() shows the all-reduce's route.
 _PLAN_SIZES = (4 << 10, 64 << 10, 1 << 20, 64 << 20)
@@ -102,19 +102,9 @@ def expected_layout(world: int, per_host: int) -> HostLayout:
 
 def exchange(store, prefix: str, rank: int, world: int, timeout_s: float, what: str) -> HostLayout:
     """Collective: every rank publishes its pid and host identity and learns
-    everyone's. The keys are the rendezvous's own first step (rendezvous.py),
-    under the same prefix, so its bounds hold: the wait ends at timeout_s
-    naming the ranks that never arrived, at once if one of them exits, and a
-    one-host set-up that follows finds them published already."""
-    rdv = _Rendezvous(store, prefix, rank, world, timeout_s, what)
-    try:
-        rdv.publish_pid()
-        keys = [rdv.key(f"pid/{r}") for r in range(world)]
-        rdv.wait_until(lambda: store.check(keys), "every rank to start set-up", rdv.unpublished)
-        rdv._watch_published_pids()
-        layout = HostLayout.from_identities([rdv.hosts[r] for r in range(world)])
-    finally:
-        rdv.peers.close()
+    everyone's (rendezvous.gather_hosts: bounded by timeout_s, and a one-host
+    set-up that follows under the same prefix finds them published already)."""
+    layout = HostLayout.from_identities(gather_hosts(store, prefix, rank, world, timeout_s, what))
     _cross_check(layout, rank, world)
     return layout
 

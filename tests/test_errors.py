@@ -25,8 +25,9 @@ def bad_argument_cases():
     """Every rank makes the same bad calls; none may reach the other ranks."""
     base = torch.arange(12, dtype=torch.float32).reshape(3, 4)
     cases = {
-        # In place on its own memory (dist.all_reduce on a pycomm group takes any layout).
-        "non-contiguous": (lambda t: pycomm.all_reduce(t.t()), ValueError, r"tensor: .*contiguous"),
+        # Written in place: no two elements may share memory (any other layout is staged).
+        "expanded view": (lambda t: pycomm.all_reduce(torch.zeros(3).expand(4, 3)), ValueError,
+                          r"tensor: is written, but some of its elements share memory"),
         "sparse": (lambda t: pycomm.all_reduce(t.to_sparse()), TypeError, r"tensor: sparse"),
         "meta device": (lambda t: pycomm.all_reduce(torch.empty(3, device="meta")), TypeError,
                         r"tensor: expected a CPU (or CUDA )?tensor"),
@@ -64,6 +65,36 @@ def bad_argument_cases():
 
 def test_bad_arguments_raise_before_anything_is_sent(worlds):
     for rank, problems in enumerate(worlds(2).run(bad_argument_cases)):
+        assert not problems, f"rank {rank}: {problems}"
+
+
+def strided_cases():
+    """pycomm.all_reduce takes any strided layout, as dist.all_reduce does: a
+    transposed view, a slice with steps, a conj view; only the view's elements change."""
+    world, rank = dist.get_world_size(), dist.get_rank()
+    base = torch.arange(12, dtype=torch.float32).reshape(3, 4) + 1
+    problems = []
+    t = base * (rank + 1)
+    pycomm.all_reduce(t.t())
+    if not torch.equal(t, base * sum(range(1, world + 1))):
+        problems.append(f"transposed: {t.tolist()}")
+    t = base * (rank + 1)
+    view = t[:, ::2]
+    pycomm.all_reduce(view, op="max")
+    want = base * (rank + 1)
+    want[:, ::2] = base[:, ::2] * world
+    if not torch.equal(t, want):
+        problems.append(f"slice with steps: {t.tolist()}")
+    c = torch.tensor([1 + 2j, 3 - 1j], dtype=torch.complex64) * (rank + 1)
+    pycomm.all_reduce(c.conj())  # the conj view's values, reduced and written back through it
+    if not torch.equal(c.resolve_conj(), torch.tensor([1 + 2j, 3 - 1j], dtype=torch.complex64) *
+                       sum(range(1, world + 1))):
+        problems.append(f"conj view: {c.tolist()}")
+    return problems
+
+
+def test_any_strided_layout_is_reduced_through_its_view(worlds):
+    for rank, problems in enumerate(worlds(2).run(strided_cases)):
         assert not problems, f"rank {rank}: {problems}"
 
 

@@ -44,7 +44,7 @@ def test_what_pycomm_does_not_run_goes_to_the_fallback():
     for c in ("all_reduce", "reduce", "reduce_scatter"):  # an op pycomm does not know
         assert routing.route(c, native_op=False) == ("fallback", "gloo")
     assert routing.route("broadcast", native_op=False).plan == "host"  # no reduction: op unused
-    assert routing.route("all_reduce", cuda=True) == ("cuda", "cuda-ipc")
+    assert routing.route("all_reduce", cuda=True) == ("cuda", "direct")
     assert routing.route("all_reduce", cuda=True, hosts=2, local_size=1) == ("fallback", "gloo")
     assert routing.route("all_gather", cuda=True) == ("fallback", "gloo")
     for c in ("all_reduce", "broadcast", "all_gather"):  # sparse tensors: gloo's
@@ -68,7 +68,7 @@ def test_cuda_all_reduce_takes_what_its_kernels_take():
     # held to the table by the native test_cuda_protocol); the rest is gloo's.
     for dtype in ("float32", "float64", "float16", "bfloat16", "int8", "uint8", "int32", "int64"):
         for op in ("sum", "max", "min", "product"):
-            assert routing.route("all_reduce", cuda=True, dtype=dtype, op=op) == ("cuda", "cuda-ipc")
+            assert routing.route("all_reduce", cuda=True, dtype=dtype, op=op) == ("cuda", "direct")
     assert routing.route("all_reduce", cuda=True, dtype="float16", op="avg").plan == "cuda"
     assert routing.route("all_reduce", cuda=True, dtype="int32", op="avg").plan == "fallback"
     for dtype in ("bool", "int16", "uint16", "uint32", "uint64", "opaque"):
@@ -76,6 +76,15 @@ def test_cuda_all_reduce_takes_what_its_kernels_take():
     for op in ("band", "bor", "bxor"):
         assert routing.route("all_reduce", cuda=True, dtype="int32", op=op) == ("fallback", "gloo")
     assert routing.route("all_reduce", cuda=True, contiguous=False) == ("fallback", "gloo")
+
+
+@pytest.mark.parametrize("world,nbytes,expected", [
+    (2, 64 << 20, "direct"),  # two ranks: one shot reads no more than the others
+    (4, 256 << 10, "direct"), (4, (256 << 10) + 4, "two_shot"),
+    (4, 8 << 20, "two_shot"), (4, (8 << 20) + 4, "ring"),
+])
+def test_the_table_picks_the_cuda_kernel_by_size(world, nbytes, expected):
+    assert routing.route("all_reduce", cuda=True, local_size=world, count=nbytes // 4) == ("cuda", expected)
 
 
 def test_route_rejects_what_it_does_not_know():
@@ -110,6 +119,11 @@ def test_the_settings_table_is_what_the_communicator_takes():
         c.close()
     with pytest.raises(ValueError, match="config: unknown setting 'nope'"):
         pycomm._C.Communicator(0, 1, pycomm._C.new_segment_name("routing-test"), True, {"nope": 1})
+    # Every setting, or none of them defaults behind Python's back (its cores are Python's).
+    partial = dict(cfg)
+    del partial[names[-1]]
+    with pytest.raises(ValueError, match=f"config: missing setting '{names[-1]}'"):
+        pycomm._C.Communicator(0, 1, pycomm._C.new_segment_name("routing-test"), True, partial)
 
 
 def test_environment_variables_override_in_their_units(monkeypatch):

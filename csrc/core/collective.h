@@ -28,15 +28,26 @@ enum class CollectiveKind : uint32_t {
   kScatter = 11,
 };
 
+// How a collective runs: the routing table's answer (routing.h) for every
+// call, and what every rank fingerprints, so that ranks that run different
+// algorithms are in different collectives. Only a caller asks for kAuto.
 enum class Algorithm : uint32_t {
-  kAuto = 0,    // resolved to one of the below before any rank sends
-  kDirect = 1,  // one shot through per-rank slots that every peer reads after a handshake
-  kRing = 2,    // pipelined ring over the links to rank+1 (reduce-scatter and/or all-gather)
+  kAuto = 0,  // asked for: the routing table picks one of the others
+  // One host's shared memory; kDirect, kTwoShot and kRing are also the CUDA
+  // all-reduce's kernels (csrc/cuda).
+  kDirect = 1,    // one shot: every rank reads every peer's slot (buffer) after a handshake
+  kRing = 2,      // pipelined ring over the links to rank+1 (reduce-scatter and/or all-gather)
   kPairwise = 3,  // all-to-all: one link per peer pair, w-1 steps
-  // CUDA only (kDirect is its one-shot): a reduce-scatter in which each rank
-  // reduces its chunk from every peer's buffer, then an all-gather of the chunks.
-  kTwoShot = 4,
+  kTwoShot = 4,   // CUDA: each rank reduces its chunk from every peer's buffer, then an all-gather
+  // Across hosts (csrc/torch/hierarchical_plan.h):
+  kLeader = 5,      // reduce to each host's first rank, all-reduce among those, broadcast
+  kRsArAg = 6,      // reduce-scatter in the host, all-reduce a 1/L shard between hosts, all-gather
+  kLocalIndex = 7,  // all_gather, reduce_scatter: between hosts among the ranks of one local index
+  kRootHost = 8,    // broadcast: the root's host, then its leader to the others, then each host
+  kChannels = 9,    // send/recv: the point-to-point channels and their progress loop (host)
+  kGloo = 10,       // what the fallback backend runs
 };
+inline constexpr int kAlgorithms = int(Algorithm::kGloo) + 1;
 
 // What a rank declares when it enters a collective. Plain data: it is written
 // into shared memory and compared field by field. Layout version 2 added root
@@ -46,7 +57,7 @@ struct Fingerprint {
   uint32_t kind = 0;       // CollectiveKind
   uint32_t dtype = 0;      // DType
   uint32_t op = 0;         // ReduceOp (0 where the collective does not reduce)
-  uint32_t algorithm = 0;  // resolved Algorithm
+  uint32_t algorithm = 0;  // Algorithm, never kAuto
   int32_t root = -1;       // broadcast, reduce, gather, scatter; -1 elsewhere
   uint32_t divisor = 0;    // avg: what the sum is divided by; 0 elsewhere
   bool operator==(const Fingerprint& o) const {
@@ -90,13 +101,19 @@ inline const char* kind_name(uint32_t k) {
   return "unknown";
 }
 
-inline const char* algorithm_name(uint32_t a) {
-  switch (Algorithm(a)) {
+inline const char* algorithm_name(Algorithm a) {
+  switch (a) {
     case Algorithm::kAuto: return "auto";
     case Algorithm::kDirect: return "direct";
     case Algorithm::kRing: return "ring";
     case Algorithm::kPairwise: return "pairwise";
     case Algorithm::kTwoShot: return "two_shot";
+    case Algorithm::kLeader: return "leader";
+    case Algorithm::kRsArAg: return "rs-ar-ag";
+    case Algorithm::kLocalIndex: return "local-index";
+    case Algorithm::kRootHost: return "root-host";
+    case Algorithm::kChannels: return "channels";
+    case Algorithm::kGloo: return "gloo";
   }
   return "unknown";
 }
@@ -114,7 +131,7 @@ inline std::string describe(const Fingerprint& fp) {
   if (fp.op) os << ", op=" << op_name(ReduceOp(fp.op));
   if (fp.divisor) os << ", divisor=" << fp.divisor;
   if (fp.root >= 0) os << ", root=" << fp.root;
-  os << ", algorithm=" << algorithm_name(fp.algorithm) << ")";
+  os << ", algorithm=" << algorithm_name(Algorithm(fp.algorithm)) << ")";
   return os.str();
 }
 

@@ -1,9 +1,5 @@
 #include "routing.h"
 
-#include <string>
-
-#include "errors.h"
-
 namespace pycomm::core {
 namespace {
 
@@ -11,60 +7,73 @@ bool reduces(Collective c) {
   return c == Collective::kAllReduce || c == Collective::kReduce || c == Collective::kReduceScatter;
 }
 
-Route host_route(const RouteQuery& q) {
-  CollectiveTuning tuning;
-  tuning.direct_max_bytes = q.direct_max_bytes;
+// The CUDA kernels by size, untuned until measured on a GPU
+// (csrc/cuda/bench/threads_all_reduce_bench.cu). One-shot has one barrier
+// before its reads but reads world - 1 peers' whole inputs; two-shot reads
+// 2 (world-1)/world of the data in two rounds; the ring reads as much in
+// 2 (world-1) steps, from one neighbour only. With two ranks one-shot reads no
+// more than the others.
+Algorithm cuda_algorithm(int world, size_t bytes) {
+  if (world <= 2 || bytes <= (size_t(256) << 10)) return Algorithm::kDirect;
+  if (bytes <= (size_t(8) << 20)) return Algorithm::kTwoShot;
+  return Algorithm::kRing;
+}
+
+Algorithm host_route(const RouteQuery& q) {
   switch (q.collective) {
     case Collective::kAllReduce:
     case Collective::kAllGather:
     case Collective::kReduceScatter:
-      return resolve_algorithm(collective_name(q.collective), Algorithm::kAuto, q.bytes,
-                               q.local_size, tuning) == Algorithm::kRing
-                 ? Route::kRing
-                 : Route::kDirect;
-    case Collective::kAllToAll: return Route::kPairwise;
+      if (q.requested != Algorithm::kAuto) return q.requested;
+      return host_algorithm(q.bytes, q.local_size, q.direct_max_bytes);
+    case Collective::kAllToAll: return Algorithm::kPairwise;
     case Collective::kSend:
-    case Collective::kRecv: return Route::kChannels;
-    default: return Route::kDirect;
+    case Collective::kRecv: return Algorithm::kChannels;
+    default: return Algorithm::kDirect;
   }
 }
 
 // Across hosts. rs-ar-ag needs every host to split the message into the same
 // L shards: equal rank counts, and at least one element per local rank.
-Route hierarchical_route(const RouteQuery& q) {
+Algorithm hierarchical_route(const RouteQuery& q) {
   switch (q.collective) {
     case Collective::kAllReduce:
     case Collective::kReduce:  // an all-reduce on a copy, kept by the root
       return q.uniform && q.bytes > q.leader_max_bytes && q.count >= size_t(q.local_size)
-                 ? Route::kRsArAg
-                 : Route::kLeader;
+                 ? Algorithm::kRsArAg
+                 : Algorithm::kLeader;
     case Collective::kAllGather:
-    case Collective::kReduceScatter: return q.uniform ? Route::kLocalIndex : Route::kGloo;
-    case Collective::kBroadcast: return Route::kRootHost;
-    case Collective::kBarrier: return Route::kLeader;
-    default: return Route::kGloo;  // all_to_all: gloo over the whole group, in pycomm's queue
+    case Collective::kReduceScatter: return q.uniform ? Algorithm::kLocalIndex : Algorithm::kGloo;
+    case Collective::kBroadcast: return Algorithm::kRootHost;
+    case Collective::kBarrier: return Algorithm::kLeader;
+    default: return Algorithm::kGloo;  // all_to_all: gloo over the whole group, in pycomm's queue
   }
 }
 
 }  // namespace
 
-Routed route(const RouteQuery& q) {
+Route route(const RouteQuery& q) {
   const bool one_host_only = q.collective >= Collective::kGather;
   const bool pycomm_runs = (q.collective <= Collective::kBarrier || (one_host_only && q.hosts == 1)) &&
                            !q.sparse && (q.native_op || !reduces(q.collective));
-  if (!pycomm_runs) return {Plan::kFallback, Route::kGloo};
+  if (!pycomm_runs) return {Runner::kFallback, Algorithm::kGloo};
   if (q.cuda) {
     // CUDA tensors: pycomm's own all-reduce on one host, for what its kernels
     // take; the rest, and everything across hosts, through gloo (which stages
     // them through the host).
     if (q.collective == Collective::kAllReduce && q.hosts == 1 && q.contiguous &&
         cuda_all_reduce_takes(q.dtype, q.op)) {
-      return {Plan::kCuda, Route::kCudaIpc};
+      return {Runner::kCuda, q.requested != Algorithm::kAuto ? q.requested
+                                                             : cuda_algorithm(q.local_size, q.bytes)};
     }
-    return {Plan::kFallback, Route::kGloo};
+    return {Runner::kFallback, Algorithm::kGloo};
   }
-  if (q.hosts > 1) return {Plan::kHierarchical, hierarchical_route(q)};
-  return {Plan::kHost, host_route(q)};
+  if (q.hosts > 1) return {Runner::kHierarchical, hierarchical_route(q)};
+  return {Runner::kHost, host_route(q)};
+}
+
+Algorithm host_algorithm(size_t bytes_per_rank, int local_size, size_t direct_max_bytes) {
+  return local_size > 1 && bytes_per_rank > direct_max_bytes ? Algorithm::kRing : Algorithm::kDirect;
 }
 
 bool cuda_all_reduce_takes(DType dtype, ReduceOp op) {
@@ -89,15 +98,6 @@ bool cuda_all_reduce_takes(DType dtype, ReduceOp op) {
   }
 }
 
-Algorithm resolve_algorithm(const char* what, Algorithm requested, size_t bytes_per_rank, int world,
-                            const CollectiveTuning& tuning) {
-  if (requested != Algorithm::kAuto && requested != Algorithm::kDirect && requested != Algorithm::kRing) {
-    throw InvalidArgument(std::string("algorithm: ") + what + " runs auto, direct or ring on CPU tensors");
-  }
-  if (requested != Algorithm::kAuto) return requested;
-  return world > 1 && bytes_per_rank > tuning.direct_max_bytes ? Algorithm::kRing : Algorithm::kDirect;
-}
-
 const char* collective_name(Collective c) {
   switch (c) {
     case Collective::kAllReduce: return "all_reduce";
@@ -115,28 +115,12 @@ const char* collective_name(Collective c) {
   return "unknown";
 }
 
-const char* plan_name(Plan p) {
-  switch (p) {
-    case Plan::kHost: return "host";
-    case Plan::kHierarchical: return "hierarchical";
-    case Plan::kCuda: return "cuda";
-    case Plan::kFallback: return "fallback";
-  }
-  return "unknown";
-}
-
-const char* route_name(Route r) {
+const char* runner_name(Runner r) {
   switch (r) {
-    case Route::kDirect: return "direct";
-    case Route::kRing: return "ring";
-    case Route::kPairwise: return "pairwise";
-    case Route::kLeader: return "leader";
-    case Route::kRsArAg: return "rs-ar-ag";
-    case Route::kLocalIndex: return "local-index";
-    case Route::kRootHost: return "root-host";
-    case Route::kCudaIpc: return "cuda-ipc";
-    case Route::kChannels: return "channels";
-    case Route::kGloo: return "gloo";
+    case Runner::kHost: return "host";
+    case Runner::kHierarchical: return "hierarchical";
+    case Runner::kCuda: return "cuda";
+    case Runner::kFallback: return "fallback";
   }
   return "unknown";
 }

@@ -1,9 +1,10 @@
-// The one routing table: which plan and which algorithm a collective takes,
-// from what every rank of a group knows alike (the collective, the layout of
-// its hosts, the message's size, the settings), so every rank routes the same
-// way. The c10d front-end (csrc/torch/frontend.cpp) picks its plan with it,
-// the plans pick their algorithm with it, and Python reads the same rule
-// through pycomm._tables (pycomm/routing.py): `pycomm doctor`,
+// The one routing table: what runs a collective and how, from what every rank
+// of a group knows alike (the collective, the layout of its hosts, the
+// message's size, the settings, the algorithm the caller asked for), so every
+// rank routes the same way. The c10d front-end (csrc/torch/frontend.cpp) asks
+// it once per call and hands its whole answer down: the plans and the core's
+// collectives run the algorithm they are given and never choose again. Python
+// reads the same rule (pycomm/routing.py): `pycomm doctor`,
 // topology.HostLayout.plan() and the scaling model restate nothing.
 #pragma once
 
@@ -11,7 +12,6 @@
 #include <cstdint>
 
 #include "collective.h"
-#include "collectives/collectives.h"
 
 namespace pycomm::core {
 
@@ -22,31 +22,20 @@ enum class Collective : uint8_t {
 };
 inline constexpr int kCollectives = int(Collective::kRecv) + 1;
 
-enum class Plan : uint8_t {
-  kHost,          // this host's shared memory: one core collective (host_plan.cpp)
-  kHierarchical,  // shared memory inside each host, another backend between them
-  kCuda,          // the CUDA IPC all-reduce of one host (cuda_path.cpp)
+// What runs a call: one of the front-end's plans (csrc/torch/plan.h), its
+// CUDA path, or its fallback backend.
+enum class Runner : uint8_t {
+  kHost,          // the host plan: one core collective over this host's shared memory
+  kHierarchical,  // the hierarchical plan: shared memory inside each host, another backend between them
+  kCuda,          // the CUDA IPC all-reduce of one host (csrc/torch/cuda_path.h)
   kFallback,      // the group-wide gloo backend, queued after pycomm's work
 };
-inline constexpr int kPlans = int(Plan::kFallback) + 1;
+inline constexpr int kRunners = int(Runner::kFallback) + 1;
 
-enum class Route : uint8_t {
-  kDirect,       // one shot through the slots (host)
-  kRing,         // the pipelined ring (host)
-  kPairwise,     // all_to_all's pairwise steps (host)
-  kLeader,       // reduce to each host's first rank, all-reduce among those, broadcast
-  kRsArAg,       // reduce-scatter in the host, all-reduce a 1/L shard between hosts, all-gather
-  kLocalIndex,   // all_gather / reduce_scatter: between hosts among the ranks of one local index
-  kRootHost,     // broadcast: the root's host, then its leader to the others, then each host
-  kCudaIpc,      // one-shot or two-shot over CUDA IPC (the kernel launch picks, all_reduce_args.h)
-  kChannels,     // send/recv: the point-to-point channels and their progress loop (host)
-  kGloo,         // what the fallback backend runs
-};
-inline constexpr int kRoutes = int(Route::kGloo) + 1;
-
-struct Routed {
-  Plan plan;
-  Route route;
+// The table's answer: its algorithm is never kAuto.
+struct Route {
+  Runner runner;
+  Algorithm algorithm;
 };
 
 // What decides the route of one call. Every field is the same on every rank.
@@ -55,6 +44,10 @@ struct Routed {
 // refuses, as gloo does, an op a dtype has no arithmetic for).
 struct RouteQuery {
   Collective collective = Collective::kAllReduce;
+  // What the caller asked for (pycomm.all_reduce's algorithm=): kept where the
+  // runner has a choice (one host, CUDA), else ignored. The core's collectives
+  // and the CUDA path refuse one they do not run.
+  Algorithm requested = Algorithm::kAuto;
   bool cuda = false;       // a tensor is on a CUDA device
   bool sparse = false;     // a tensor is sparse or of another non-strided layout (gloo's)
   bool native_op = true;   // the reduction is one pycomm maps (every c10d op of torch 2.14 but UNUSED)
@@ -70,7 +63,13 @@ struct RouteQuery {
   size_t leader_max_bytes = 0;  // HierarchyTuning::leader_max_bytes
 };
 
-Routed route(const RouteQuery& q);
+Route route(const RouteQuery& q);
+
+// The rule for one host's all_reduce, reduce_scatter and all_gather: direct up
+// to direct_max_bytes of input per rank, the ring above (one rank: direct).
+// route() answers it for a call on one host; the hierarchical plan applies it
+// to the host steps it composes (its own, smaller, messages).
+Algorithm host_algorithm(size_t bytes_per_rank, int local_size, size_t direct_max_bytes);
 
 // The (dtype, op) pairs the CUDA all-reduce's kernels take: the eight dtypes
 // they were written for and the arithmetic ops (avg: floating types). Its
@@ -79,13 +78,7 @@ Routed route(const RouteQuery& q);
 bool cuda_all_reduce_takes(DType dtype, ReduceOp op);
 
 const char* collective_name(Collective c);
-const char* plan_name(Plan p);
-const char* route_name(Route r);
-
-// algorithm="auto" on one host: direct up to tuning.direct_max_bytes per rank,
-// the ring above; an explicit direct or ring is kept. (all_reduce,
-// reduce_scatter, all_gather; the same choice route() reports.)
-Algorithm resolve_algorithm(const char* what, Algorithm requested, size_t bytes_per_rank, int world,
-                            const CollectiveTuning& tuning);
+const char* runner_name(Runner r);
+// (algorithm_name: collective.h.) route() answers every Algorithm but kAuto.
 
 }  // namespace pycomm::core

@@ -7,26 +7,12 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "../core/collective.h"
 #include "../core/dtypes.h"
 #include "all_reduce_layout.h"
 #include "peer_memory.h"
 
 namespace pycomm::cuda {
-
-enum class CudaAlgorithm : uint32_t {
-  kOneShot = 1,  // every rank reads every peer's whole input: latency-bound sizes
-  kTwoShot,      // reduce-scatter then all-gather, both by direct reads of the peers
-  kRing,         // pipelined ring through neighbours' staging slots: bandwidth-bound sizes
-};
-
-inline const char* cuda_algorithm_name(CudaAlgorithm a) {
-  switch (a) {
-    case CudaAlgorithm::kOneShot: return "one_shot";
-    case CudaAlgorithm::kTwoShot: return "two_shot";
-    case CudaAlgorithm::kRing: return "ring";
-  }
-  return "unknown";
-}
 
 // Every field but rank, peers (each rank's own mapping of the same memory),
 // input, output and status must be equal on all ranks (the glue checks that
@@ -40,7 +26,7 @@ struct CudaAllReduceArgs {
   size_t count;
   core::DType dtype;
   core::ReduceOp op;     // avg divides the sum by world, once, in the accumulation type
-  CudaAlgorithm algorithm;
+  core::Algorithm algorithm;  // direct (one shot), two_shot or ring (collective.h)
   uint64_t epoch_base;   // advance by epochs_used(args) after each launch (signal_protocol.h)
   uint64_t timeout_ns;   // bound of the launch: a block's waits fail once this long has passed since it started
   DeviceStatus* status;  // this rank's, host-mapped; device pointer
@@ -56,19 +42,8 @@ constexpr unsigned kAllReduceThreads = 512;
 // this many blocks of kAllReduceThreads fit on an SM.
 constexpr int kMinBlocksPerSM = 2;
 
-// Defaults, untuned until measured on a GPU (bench/threads_all_reduce_bench.cu).
-// One-shot has one barrier before its reads but reads world - 1 peers' whole
-// inputs; two-shot reads 2 (world-1)/world of the data in two rounds; the ring
-// reads as much in 2 (world-1) steps, from one neighbour only. With two ranks
-// one-shot reads no more than the others.
-inline CudaAlgorithm choose_algorithm(int world, size_t bytes) {
-  if (world <= 2 || bytes <= (size_t(256) << 10)) return CudaAlgorithm::kOneShot;
-  if (bytes <= (size_t(8) << 20)) return CudaAlgorithm::kTwoShot;
-  return CudaAlgorithm::kRing;
-}
-
 // One block per 64 KiB, 1 .. 32 (untuned).
-inline int default_blocks(CudaAlgorithm, size_t bytes) {
+inline int default_blocks(core::Algorithm, size_t bytes) {
   const size_t b = ceil_div(bytes, size_t(64) << 10);
   return b < 1 ? 1 : (b > 32 ? 32 : int(b));
 }
@@ -114,11 +89,11 @@ inline uint64_t epochs_used(const CudaAllReduceArgs& a) {
   const size_t share = block_share(a.count, blocks, 0, vector_elems(elem)).size();
   const size_t region = block_region_bytes(bytes, blocks);
   switch (a.algorithm) {
-    case CudaAlgorithm::kOneShot:  // a barrier after staging and after reading, per piece
+    case core::Algorithm::kDirect:  // a barrier after staging and after reading, per piece
       return 2 * ceil_div(share, one_shot_piece_elems(region, elem));
-    case CudaAlgorithm::kTwoShot:  // a barrier after staging and after reducing, per piece, and one at the end
+    case core::Algorithm::kTwoShot:  // a barrier after staging and after reducing, per piece, and one at the end
       return 2 * ceil_div(share, two_shot_layout(region, elem, a.world).piece_elems) + 1;
-    case CudaAlgorithm::kRing: {  // the entry barrier (1), and a flag value per send of the busiest block
+    case core::Algorithm::kRing: {  // the entry barrier (1), and a flag value per send of the busiest block
       const size_t sub = ring_layout(bytes, blocks, elem, core::accum_size(a.dtype)).sub_elems;
       uint64_t most = 1;
       for (int b = 0; b < blocks; ++b) {
@@ -128,8 +103,8 @@ inline uint64_t epochs_used(const CudaAllReduceArgs& a) {
       }
       return most;
     }
+    default: return 0;  // check_args refuses it
   }
-  return 0;
 }
 
 // Null when the launch is valid, else what is wrong with it.
@@ -149,8 +124,8 @@ inline const char* check_args(const CudaAllReduceArgs& a) {
     return "unknown reduction operator";
   if (a.op == core::ReduceOp::kAvg && !core::is_floating(a.dtype))
     return "avg is not defined for integer tensors";
-  if (a.algorithm != CudaAlgorithm::kOneShot && a.algorithm != CudaAlgorithm::kTwoShot &&
-      a.algorithm != CudaAlgorithm::kRing)
+  if (a.algorithm != core::Algorithm::kDirect && a.algorithm != core::Algorithm::kTwoShot &&
+      a.algorithm != core::Algorithm::kRing)
     return "unknown algorithm";
   if (a.count == 0) return nullptr;
   if (a.input == nullptr || a.output == nullptr) return "input and output must not be null";
@@ -168,16 +143,17 @@ inline const char* check_args(const CudaAllReduceArgs& a) {
   const size_t bytes = a.peers.buffer_bytes;
   const size_t region = block_region_bytes(bytes, blocks);
   switch (a.algorithm) {
-    case CudaAlgorithm::kOneShot:
+    case core::Algorithm::kDirect:
       if (one_shot_piece_elems(region, elem) == 0) return "staging buffer too small for this block count";
       break;
-    case CudaAlgorithm::kTwoShot:
+    case core::Algorithm::kTwoShot:
       if (two_shot_layout(region, elem, a.world).piece_elems == 0) return "staging buffer too small for this block count";
       break;
-    case CudaAlgorithm::kRing:
+    case core::Algorithm::kRing:
       if (ring_layout(bytes, blocks, elem, core::accum_size(a.dtype)).sub_elems == 0)
         return "staging buffer too small for the ring's slots at this block count";
       break;
+    default: break;  // refused above
   }
   return nullptr;
 }

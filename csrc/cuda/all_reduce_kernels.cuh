@@ -17,15 +17,15 @@ namespace pycomm::cuda {
 // Block `block` of the `blocks` of rank a.rank's launch `a`. `a` must lie in
 // the kernel's parameter space (a __grid_constant__ argument, or part of
 // one): the bodies index its peers' pointers in place (PeerRegions).
-template <CudaAlgorithm kAlgorithm, class T, class R>
+template <core::Algorithm kAlgorithm, class T, class R>
 __device__ __forceinline__ void all_reduce_block(const CudaAllReduceArgs& a, int block, int blocks) {
   const Lanes l{threadIdx.x, blockDim.x, block, blocks};
-  if constexpr (kAlgorithm == CudaAlgorithm::kOneShot) {
+  if constexpr (kAlgorithm == core::Algorithm::kDirect) {
     one_shot_all_reduce<T, R, DeviceBlockSync>(a, l);
-  } else if constexpr (kAlgorithm == CudaAlgorithm::kTwoShot) {
+  } else if constexpr (kAlgorithm == core::Algorithm::kTwoShot) {
     two_shot_all_reduce<T, R, DeviceBlockSync>(a, l);
   } else {
-    static_assert(kAlgorithm == CudaAlgorithm::kRing, "an algorithm without a body");
+    static_assert(kAlgorithm == core::Algorithm::kRing, "an algorithm without a body");
     ring_all_reduce<T, R, DeviceBlockSync>(a, l);
   }
 }
@@ -47,7 +47,7 @@ static_assert(sizeof(AllRanksArgs) <= 4096, "AllRanksArgs must fit a kernel's pa
 // gridDim.x = world x blocks: block i is block i % blocks of rank i / blocks.
 // Every block of every rank must be resident at once (they wait for each
 // other): the launcher bounds the grid by the SMs and the kernel's occupancy.
-template <CudaAlgorithm kAlgorithm, class T, class R>
+template <core::Algorithm kAlgorithm, class T, class R>
 __global__ void __launch_bounds__(kAllReduceThreads, kMinBlocksPerSM)
     all_ranks_kernel(const __grid_constant__ AllRanksArgs all) {
   const int blocks = int(gridDim.x) / all.world;

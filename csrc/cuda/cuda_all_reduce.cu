@@ -19,15 +19,15 @@ namespace {
 // by rank at run time, which needs no local memory (no stack frame).
 template <class T, class R>
 __global__ void __launch_bounds__(kAllReduceThreads, kMinBlocksPerSM) one_shot_kernel(const __grid_constant__ CudaAllReduceArgs a) {
-  all_reduce_block<CudaAlgorithm::kOneShot, T, R>(a, int(blockIdx.x), int(gridDim.x));
+  all_reduce_block<core::Algorithm::kDirect, T, R>(a, int(blockIdx.x), int(gridDim.x));
 }
 template <class T, class R>
 __global__ void __launch_bounds__(kAllReduceThreads, kMinBlocksPerSM) two_shot_kernel(const __grid_constant__ CudaAllReduceArgs a) {
-  all_reduce_block<CudaAlgorithm::kTwoShot, T, R>(a, int(blockIdx.x), int(gridDim.x));
+  all_reduce_block<core::Algorithm::kTwoShot, T, R>(a, int(blockIdx.x), int(gridDim.x));
 }
 template <class T, class R>
 __global__ void __launch_bounds__(kAllReduceThreads, kMinBlocksPerSM) ring_kernel(const __grid_constant__ CudaAllReduceArgs a) {
-  all_reduce_block<CudaAlgorithm::kRing, T, R>(a, int(blockIdx.x), int(gridDim.x));
+  all_reduce_block<core::Algorithm::kRing, T, R>(a, int(blockIdx.x), int(gridDim.x));
 }
 
 }  // namespace
@@ -43,9 +43,10 @@ cudaError_t launch_all_reduce(const CudaAllReduceArgs& args, cudaStream_t stream
     using T = decltype(type);
     using R = decltype(reduction);
     switch (a.algorithm) {
-      case CudaAlgorithm::kOneShot: one_shot_kernel<T, R><<<grid, block, 0, stream>>>(a); break;
-      case CudaAlgorithm::kTwoShot: two_shot_kernel<T, R><<<grid, block, 0, stream>>>(a); break;
-      case CudaAlgorithm::kRing: ring_kernel<T, R><<<grid, block, 0, stream>>>(a); break;
+      case core::Algorithm::kDirect: one_shot_kernel<T, R><<<grid, block, 0, stream>>>(a); break;
+      case core::Algorithm::kTwoShot: two_shot_kernel<T, R><<<grid, block, 0, stream>>>(a); break;
+      case core::Algorithm::kRing: ring_kernel<T, R><<<grid, block, 0, stream>>>(a); break;
+      default: break;  // check_args refused it
     }
   });
   if (!known) return cudaErrorInvalidValue;

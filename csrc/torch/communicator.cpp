@@ -15,10 +15,6 @@ namespace {
 // life of the process.
 constexpr auto kBackupIdle = std::chrono::seconds(1);
 
-c10::TypePtr result_type(const Job& job) {
-  return job.value_type ? job.value_type : c10::TypePtr(c10::ListType::create(c10::TensorType::get()));
-}
-
 // What the creator reserves: the collectives' data path, then the
 // point-to-point channels.
 core::DataRegion region_of(int world, const core::CommConfig& config) {
@@ -38,7 +34,8 @@ uint64_t bytes_of(const std::vector<at::Tensor>& tensors) {
 }
 
 WorkItem::WorkItem(Job j) : job(std::move(j)) {
-  future = c10::make_intrusive<c10::ivalue::Future>(result_type(job), job.devices);
+  future = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
+                                                    job.devices);
 }
 
 void WorkItem::finish(std::exception_ptr err) {
@@ -53,15 +50,6 @@ void WorkItem::complete(std::exception_ptr err) {
   // A CUDA future records its completion on the current stream of its device:
   // make that the stream the work ran on.
   c10::OptionalStreamGuard on_stream(job.stream);
-  if (!err && job.value) {
-    try {
-      c10::IValue v = job.value();
-      future->markCompleted(std::move(v));
-      return;
-    } catch (...) {
-      err = std::current_exception();
-    }
-  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     error_ = err;

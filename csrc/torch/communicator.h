@@ -1,9 +1,9 @@
 // The stateful communicator: a session, its shared-memory data path, its
-// point-to-point engine (which makes its own progress), and one worker thread that runs queued collectives in call order and completes a
-// torch Future for each. A synchronous call that finds the communicator idle
-// runs in the caller's thread instead, which keeps a small all-reduce at a few
-// microseconds. Used by pycomm.Communicator (module.cpp) and by the c10d
-// backend (frontend.cpp).
+// point-to-point engine (which makes its own progress), and one worker thread
+// that runs queued collectives in call order and completes a torch Future for
+// each. A synchronous call that finds the communicator idle runs in the
+// caller's thread instead: a small all-reduce then costs no thread hand-off.
+// Used by the c10d front-end (frontend.cpp), which pycomm's own API enters too.
 //
 // No Python here: the c10d backend calls in from DDP's threads, which do not
 // hold the GIL. The binding layer releases the GIL around blocking calls.
@@ -38,16 +38,12 @@ struct CudaPathDelete {
   void operator()(CudaPath* p) const;
 };
 
-// What to run: the collective itself, the tensors it reads and writes (kept
-// alive until it finished) and what its future completes with.
+// What to run: the collective itself, and the tensors it reads and writes
+// (kept alive until it finished), which its future completes with (c10d's
+// convention).
 struct Job {
   std::function<void(const core::Context&)> body;
   std::vector<at::Tensor> outputs;
-  // What the future completes with: by default the output tensor list
-  // (c10d's convention); else value() of type value_type, made on the worker
-  // once the job succeeded.
-  c10::TypePtr value_type;
-  std::function<c10::IValue()> value;
   // CUDA work: the devices the future's value lives on, and the stream the
   // work ran on (the future's consumers wait for it there).
   std::vector<c10::Device> devices;

@@ -28,26 +28,6 @@ namespace pycomm {
 
 namespace {
 
-cuda::CudaAlgorithm cuda_algorithm_of(core::Algorithm a, int world, size_t bytes) {
-  switch (a) {
-    case core::Algorithm::kDirect: return cuda::CudaAlgorithm::kOneShot;
-    case core::Algorithm::kTwoShot: return cuda::CudaAlgorithm::kTwoShot;
-    case core::Algorithm::kRing: return cuda::CudaAlgorithm::kRing;
-    case core::Algorithm::kAuto: return cuda::choose_algorithm(world, bytes);
-    default: break;
-  }
-  throw core::InvalidArgument("algorithm: all_reduce of CUDA tensors runs auto, direct, two_shot or ring");
-}
-
-core::Algorithm core_algorithm_of(cuda::CudaAlgorithm a) {
-  switch (a) {
-    case cuda::CudaAlgorithm::kOneShot: return core::Algorithm::kDirect;
-    case cuda::CudaAlgorithm::kTwoShot: return core::Algorithm::kTwoShot;
-    case cuda::CudaAlgorithm::kRing: return core::Algorithm::kRing;
-  }
-  return core::Algorithm::kAuto;
-}
-
 // An event of the current device, for ordering only (no timing). Plain
 // runtime calls rather than ATen's CUDAEvent, whose header pulls in the CUDA
 // libraries' headers (cuSPARSE, cuBLAS) that a bare toolkit may lack.
@@ -109,8 +89,11 @@ class CudaPath {
     core::Session& session = ctx.session;
     session.begin("all_reduce");
     const int world = session.world();
-    const size_t bytes = a.count * core::dtype_size(a.dtype);
-    const cuda::CudaAlgorithm algo = cuda_algorithm_of(a.algorithm, world, bytes);
+    // The routing table's (it resolved auto by size) or the caller's.
+    if (a.algorithm != core::Algorithm::kDirect && a.algorithm != core::Algorithm::kTwoShot &&
+        a.algorithm != core::Algorithm::kRing) {
+      throw core::InvalidArgument("algorithm: all_reduce of CUDA tensors runs auto, direct, two_shot or ring");
+    }
     // The kernels' avg divides by the world size (no hierarchical scheme runs
     // on CUDA tensors yet).
     TORCH_CHECK_VALUE(a.divisor == 0 || a.divisor == world,
@@ -128,7 +111,7 @@ class CudaPath {
     k.count = a.count;
     k.dtype = a.dtype;
     k.op = a.op;
-    k.algorithm = algo;
+    k.algorithm = a.algorithm;
     k.epoch_base = epoch_;
     k.status = status_device_;
     k.blocks = 0;  // the kernels' default for the size
@@ -141,7 +124,7 @@ class CudaPath {
       }
     }
     session.handshake(core::fingerprint_of(core::CollectiveKind::kCudaAllReduce, a.count, a.dtype,
-                                           core_algorithm_of(algo), &a.op, world));
+                                           a.algorithm, &a.op, world));
     if (a.count == 0) return;
     // The kernel's waits end when the collective's time is up (a handshake
     // that used all of it has thrown already).

@@ -21,8 +21,9 @@
 namespace pycomm {
 
 // Checks `tensor` (named `arg` in errors), refuses CUDA graph capture, and
-// returns the job of the in-place all-reduce `args` (count, dtype, data and
-// op already set) of `tensor`. TypeError in a build without CUDA.
+// returns the job of the in-place all-reduce `args` (count, dtype, data, op
+// and the routing table's algorithm already set) of `tensor`. TypeError in a
+// build without CUDA.
 Job cuda_all_reduce_job(Communicator& comm, const at::Tensor& tensor, const char* arg,
                         const core::AllReduceArgs& args);
 

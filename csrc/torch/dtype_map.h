@@ -97,7 +97,7 @@ inline bool to_core_op(const c10d::ReduceOp& op, core::ReduceOp* out, bool* prem
 // A name of core::kAllReduceAlgorithms (algorithm="ring", ...).
 inline bool to_core_algorithm(const std::string& s, core::Algorithm* out) {
   for (core::Algorithm a : core::kAllReduceAlgorithms) {
-    if (s == core::algorithm_name(uint32_t(a))) {
+    if (s == core::algorithm_name(a)) {
       *out = a;
       return true;
     }

@@ -1,6 +1,7 @@
 #include "frontend.h"
 
 #include <c10/util/Exception.h>
+#include <c10/util/SmallVector.h>
 
 #include <mutex>
 #include <optional>
@@ -160,18 +161,41 @@ Backend::Reduction Backend::reduction_of(const c10d::ReduceOp& op) {
   return r;
 }
 
-core::Plan Backend::plan_of(core::Collective c, Where w) const { return plan_of(c, w, Reduction()); }
-
-core::Plan Backend::plan_of(core::Collective c, Where w, const Reduction& red) const {
+core::RouteQuery Backend::query(core::Collective c, const Where& w, const Reduction& red,
+                                core::Algorithm requested) const {
   core::RouteQuery q = plan_->route_query();
   q.collective = c;
+  q.requested = requested;
   q.cuda = w.cuda;
   q.sparse = w.sparse;
   q.native_op = red.native;
   q.dtype = core_dtype(w.dtype);
   q.op = red.op;
   q.contiguous = w.contiguous;
-  return core::route(q).plan;
+  return q;
+}
+
+core::Runner Backend::runner_of(core::Collective c, const Where& w) const {
+  return core::route(query(c, w, Reduction())).runner;
+}
+
+core::Route Backend::route_of(core::RouteQuery q, const at::Tensor& sized, int64_t times) {
+  if (sized.defined()) {
+    // In the plan's elements: a complex element is two reals.
+    q.count = size_t(sized.numel() * times) * (sized.is_complex() ? 2 : 1);
+    q.bytes = size_t(sized.numel() * times) * size_t(sized.element_size());
+  }
+  return core::route(q);
+}
+
+std::vector<core::Algorithm> Backend::algorithms_of(const core::RouteQuery& q, const core::Route& first,
+                                                     const std::vector<at::Tensor>& sized) {
+  std::vector<core::Algorithm> out;
+  out.reserve(sized.size());
+  for (size_t i = 0; i < sized.size(); ++i) {
+    out.push_back(i == 0 ? first.algorithm : route_of(q, sized[i]).algorithm);
+  }
+  return out;
 }
 
 void Backend::shutdown() {
@@ -194,18 +218,42 @@ void Backend::setTimeout(std::chrono::milliseconds timeout) {
 
 void Backend::abort() { comm_->abort("rank " + std::to_string(getRank()) + " aborted the process group"); }
 
-c10::intrusive_ptr<c10d::Work> Backend::launch(c10d::OpType type, Job job, bool async_op) {
-  // A blocking call from Python (async_op=False: the caller waits at once)
-  // runs in its thread when the communicator is idle: no hand-off to the
-  // worker. Anything asynchronous (DDP's buckets, FSDP) goes to the worker,
-  // so it overlaps the caller's compute.
+template <class Body>
+c10::intrusive_ptr<c10d::Work> Backend::launch(c10d::OpType type, const std::vector<at::Tensor>& outputs,
+                                               Body body, bool async_op, bool blocking) {
+  // A caller that waits at once (async_op=False) runs the job in its own
+  // thread when the communicator is idle: no hand-off to the worker, and
+  // nothing allocated for a queue. Anything asynchronous (DDP's buckets,
+  // FSDP) goes to the worker, so it overlaps the caller's compute.
+  const char* what = op_name(type);
+  if (!async_op && comm_->run_if_idle(body, what, bytes_of(outputs))) {
+    if (blocking) return {};
+    Job done;
+    done.outputs = outputs;
+    auto item = std::make_shared<WorkItem>(std::move(done));
+    item->finish(nullptr);
+    return c10::make_intrusive<Work>(getRank(), type, std::move(item));
+  }
+  Job job;
+  job.body = std::move(body);
+  job.outputs = outputs;
+  return launch(type, std::move(job), /*async_op=*/true, blocking);
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::launch(c10d::OpType type, Job job, bool async_op, bool blocking) {
   job.what = op_name(type);
   if (!async_op && comm_->run_if_idle(job.body, job.what, bytes_of(job.outputs))) {
+    if (blocking) return {};
     auto item = std::make_shared<WorkItem>(std::move(job));
     item->finish(nullptr);
     return c10::make_intrusive<Work>(getRank(), type, std::move(item));
   }
-  return c10::make_intrusive<Work>(getRank(), type, comm_->enqueue(std::move(job)));
+  std::shared_ptr<WorkItem> item = comm_->enqueue(std::move(job));
+  if (blocking) {
+    item->wait();
+    return {};
+  }
+  return c10::make_intrusive<Work>(getRank(), type, std::move(item));
 }
 
 c10d::Backend& Backend::fallback() {
@@ -217,50 +265,102 @@ c10d::Backend& Backend::fallback() {
 
 c10::intrusive_ptr<c10d::Work> Backend::allreduce(std::vector<at::Tensor>& tensors,
                                                   const c10d::AllreduceOptions& opts) {
-  ++sequence_;
-  const Reduction red = reduction_of(opts.reduceOp);
-  const core::Plan plan = plan_of(core::Collective::kAllReduce, where_of(tensors), red);
-  if (plan == core::Plan::kFallback) return fallback().allreduce(tensors, opts);
-  single_tensor(tensors, "tensor");
-  return all_reduce(tensors, red, plan, opts.asyncOp);
+  return all_reduce(tensors, opts, AllReduceCall());
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
-  ++sequence_;
-  const Reduction red = reduction_of(opts.reduceOp);
-  const core::Plan plan = plan_of(core::Collective::kAllReduce, where_of(tensors), red);
-  if (plan == core::Plan::kFallback) return fallback().allreduce_coalesced(tensors, opts);
-  return all_reduce(tensors, red, plan, opts.asyncOp);
+  AllReduceCall call;
+  call.coalesced = true;
+  return all_reduce(tensors, opts, call);
 }
 
+namespace {
+
+// The fallback's answer where there is no fallback (pycomm.all_reduce on one
+// host): the argument's own error. What pycomm does not run is a sparse or
+// otherwise non-strided tensor, or a CUDA tensor its kernels do not take.
+[[noreturn]] void refuse_without_fallback(const std::vector<at::Tensor>& tensors, core::ReduceOp op) {
+  for (const auto& t : tensors) check_tensor(t, "tensor", /*cuda_ok=*/true);
+  const at::Tensor& t = tensors.at(0);
+  TORCH_CHECK_TYPE(t.is_contiguous(), "tensor: the CUDA all-reduce takes contiguous tensors, got sizes ",
+                   t.sizes(), " and strides ", t.strides(), "; dist.all_reduce on a pycomm group takes it");
+  TORCH_CHECK_TYPE(false, "tensor: the CUDA all-reduce takes float32, float64, float16, bfloat16, int8, "
+                   "uint8, int32 and int64 tensors (sum, avg, max, min, product), not ",
+                   torch_dtype_name(t.scalar_type()), " with '", core::op_name(op),
+                   "'; dist.all_reduce on a pycomm group takes it");
+}
+
+// An all-reduce job: each tensor in turn, in place, staged if not contiguous.
+// (Room for one tensor inline: a blocking call on an idle communicator runs
+// it in the caller's thread, where an allocation is a share of its cost.)
+struct AllReduceBody {
+  std::shared_ptr<const Plan> plan;
+  c10::SmallVector<StagedTensor, 1> tensors;
+  c10::SmallVector<core::Algorithm, 1> algorithms;  // the routing table's, one per tensor
+  core::ReduceOp op;
+  bool premul;
+  double factor;
+  bool restore;
+
+  void operator()(const core::Context& ctx) const {
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const StagedTensor& s = tensors[i];
+      s.copy_in();
+      const at::Tensor& t = s.flat();
+      if (premul) t.mul_(factor);
+      plan->all_reduce(ctx, t, op, algorithms[i], restore);
+      s.copy_out();
+    }
+  }
+};
+
+}  // namespace
+
 c10::intrusive_ptr<c10d::Work> Backend::all_reduce(std::vector<at::Tensor>& tensors,
-                                                   const Reduction& red, core::Plan plan,
-                                                   bool async_op) {
-  if (plan == core::Plan::kCuda) return cuda_all_reduce(tensors, red, async_op);
-  for (const auto& t : tensors) {
+                                                   const c10d::AllreduceOptions& opts,
+                                                   const AllReduceCall& call) {
+  ++sequence_;
+  const Reduction red = reduction_of(opts.reduceOp);
+  const core::RouteQuery q = query(core::Collective::kAllReduce, where_of(tensors), red, call.algorithm);
+  const core::Route route = route_of(q, tensors.empty() ? at::Tensor() : tensors[0]);
+  if (route.runner == core::Runner::kFallback) {
+    if (!fallback_) refuse_without_fallback(tensors, red.op);
+    c10::intrusive_ptr<c10d::Work> work;
+    if (call.coalesced) {
+      c10d::AllreduceCoalescedOptions o;
+      static_cast<c10d::AllreduceOptions&>(o) = opts;
+      work = fallback().allreduce_coalesced(tensors, o);
+    } else {
+      work = fallback().allreduce(tensors, opts);
+    }
+    if (!call.blocking) return work;
+    work->wait();
+    return {};
+  }
+  if (!call.coalesced) single_tensor(tensors, "tensor");
+  if (route.runner == core::Runner::kCuda) {
+    return cuda_all_reduce(tensors, red, algorithms_of(q, route, tensors), opts.asyncOp, call.blocking);
+  }
+  AllReduceBody body{plan_, {}, {}, red.op, red.premul, red.factor, call.restore};
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const at::Tensor& t = tensors[i];
     check_tensor(t, "tensor");
     check_op_for_dtype(red.op, red.premul, t.scalar_type(), "tensor");
     check_writable(t, "tensor");
+    body.tensors.emplace_back(t, Use::kInOut);
+    body.algorithms.push_back(i == 0 ? route.algorithm : route_of(q, t).algorithm);
   }
-  Job job;
-  job.outputs = tensors;
-  job.body = [plan = plan_, ts = staged_each(tensors, Use::kInOut), red](const core::Context& ctx) {
-    for (const auto& s : ts) {
-      s.copy_in();
-      const at::Tensor& t = s.flat();
-      if (red.premul) t.mul_(red.factor);
-      plan->all_reduce(ctx, t, red.op);
-      s.copy_out();
-    }
-  };
-  return launch(c10d::OpType::ALLREDUCE, std::move(job), async_op);
+  return launch(c10d::OpType::ALLREDUCE, tensors, std::move(body), opts.asyncOp, call.blocking);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::cuda_all_reduce(std::vector<at::Tensor>& tensors,
-                                                        const Reduction& red, bool async_op) {
+                                                        const Reduction& red,
+                                                        std::vector<core::Algorithm> algorithms,
+                                                        bool async_op, bool blocking) {
   std::vector<Job> parts;
-  for (auto& t : tensors) {
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    at::Tensor& t = tensors[i];
     // The routing table sent only contiguous tensors of dtypes the kernels
     // take here (core::cuda_all_reduce_takes); complex ones as pairs of reals.
     core::AllReduceArgs a;
@@ -273,9 +373,13 @@ c10::intrusive_ptr<c10d::Work> Backend::cuda_all_reduce(std::vector<at::Tensor>&
     a.data = real.data_ptr();
     a.count = size_t(real.numel());
     a.op = red.op;
+    a.algorithm = algorithms[i];
+    // A CUDA all-reduce that fails part way leaves the tensor partly reduced
+    // (its kernels write the output piece by piece): no restore.
+    a.restore = false;
     parts.push_back(cuda_all_reduce_job(*comm_, t, "tensor", a));
   }
-  if (parts.size() == 1) return launch(c10d::OpType::ALLREDUCE, std::move(parts[0]), async_op);
+  if (parts.size() == 1) return launch(c10d::OpType::ALLREDUCE, std::move(parts[0]), async_op, blocking);
   Job job;
   job.outputs = tensors;
   job.devices = parts.empty() ? std::vector<c10::Device>{} : parts[0].devices;
@@ -283,13 +387,13 @@ c10::intrusive_ptr<c10d::Work> Backend::cuda_all_reduce(std::vector<at::Tensor>&
   job.body = [parts = std::move(parts)](const core::Context& ctx) {
     for (const Job& p : parts) p.body(ctx);
   };
-  return launch(c10d::OpType::ALLREDUCE, std::move(job), async_op);
+  return launch(c10d::OpType::ALLREDUCE, std::move(job), async_op, blocking);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::broadcast(std::vector<at::Tensor>& tensors,
                                                   const c10d::BroadcastOptions& opts) {
   ++sequence_;
-  if (plan_of(core::Collective::kBroadcast, where_of(tensors)) == core::Plan::kFallback) {
+  if (runner_of(core::Collective::kBroadcast, where_of(tensors)) == core::Runner::kFallback) {
     return fallback().broadcast(tensors, opts);
   }
   const at::Tensor& t = single_tensor(tensors, "tensor");
@@ -312,9 +416,9 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce(std::vector<at::Tensor>& tensors,
                                                const c10d::ReduceOptions& opts) {
   ++sequence_;
   const Reduction red = reduction_of(opts.reduceOp);
-  if (plan_of(core::Collective::kReduce, where_of(tensors), red) == core::Plan::kFallback) {
-    return fallback().reduce(tensors, opts);
-  }
+  const core::Route route = route_of(query(core::Collective::kReduce, where_of(tensors), red),
+                                     tensors.empty() ? at::Tensor() : tensors[0]);
+  if (route.runner == core::Runner::kFallback) return fallback().reduce(tensors, opts);
   const at::Tensor& t = single_tensor(tensors, "tensor");
   check_tensor(t, "tensor");
   check_op_for_dtype(red.op, red.premul, t.scalar_type(), "tensor");
@@ -324,7 +428,7 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce(std::vector<at::Tensor>& tensors,
   Job job;
   job.outputs = tensors;
   job.body = [plan = plan_, s = StagedTensor(t, root == getRank() ? Use::kInOut : Use::kIn), red,
-              root, rank = getRank()](const core::Context& ctx) {
+              root, rank = getRank(), algorithm = route.algorithm](const core::Context& ctx) {
     s.copy_in();
     // The root's tensor is the output; the others' are not to be written
     // (a staging buffer is pycomm's own).
@@ -332,7 +436,7 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce(std::vector<at::Tensor>& tensors,
     const at::Tensor in = !red.premul                     ? t
                           : root == rank || s.staged() ? t.mul_(red.factor)
                                                           : t.mul(red.factor);
-    plan->reduce(ctx, in, red.op, root);
+    plan->reduce(ctx, in, red.op, root, algorithm);
     s.copy_out();
   };
   return launch(c10d::OpType::REDUCE, std::move(job), opts.asyncOp);
@@ -343,35 +447,38 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce(std::vector<at::Tensor>& tensors,
 c10::intrusive_ptr<c10d::Work> Backend::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                         const c10d::AllgatherOptions& opts) {
   ++sequence_;
-  if (plan_of(core::Collective::kAllGather, where_of(output, input)) ==
-      core::Plan::kFallback) {
-    return fallback()._allgather_base(output, input, opts);
-  }
+  const core::Route route =
+      route_of(query(core::Collective::kAllGather, where_of(output, input), Reduction()), input);
+  if (route.runner == core::Runner::kFallback) return fallback()._allgather_base(output, input, opts);
   std::vector<at::Tensor> outs{output}, ins{input};
-  return all_gather_tensors(outs, ins, opts.asyncOp);
+  return all_gather_tensors(outs, ins, {route.algorithm}, opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
   ++sequence_;
-  if (plan_of(core::Collective::kAllGather, where_of(outputs, inputs)) ==
-      core::Plan::kFallback) {
+  const core::RouteQuery q = query(core::Collective::kAllGather, where_of(outputs, inputs), Reduction());
+  const core::Route route = route_of(q, inputs.empty() ? at::Tensor() : inputs[0]);
+  if (route.runner == core::Runner::kFallback) {
     return fallback().allgather_into_tensor_coalesced(outputs, inputs, opts);
   }
-  return all_gather_tensors(outputs, inputs, opts.asyncOp);
+  return all_gather_tensors(outputs, inputs, algorithms_of(q, route, inputs), opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::all_gather_tensors(std::vector<at::Tensor>& outputs,
                                                            std::vector<at::Tensor>& inputs,
+                                                           std::vector<core::Algorithm> algorithms,
                                                            bool async_op) {
   check_all_gather_pairs(outputs, inputs, getSize());
   Job job;
   job.outputs = outputs;
-  job.body = [plan = plan_, ins = staged_each(inputs, Use::kIn),
-              outs = staged_each(outputs, Use::kOut)](const core::Context& ctx) {
+  job.body = [plan = plan_, ins = staged_each(inputs, Use::kIn), outs = staged_each(outputs, Use::kOut),
+              algorithms = std::move(algorithms)](const core::Context& ctx) {
     copy_in(ins);
-    for (size_t i = 0; i < ins.size(); ++i) plan->all_gather(ctx, ins[i].flat(), outs[i].flat());
+    for (size_t i = 0; i < ins.size(); ++i) {
+      plan->all_gather(ctx, ins[i].flat(), outs[i].flat(), algorithms[i]);
+    }
     copy_out(outs);
   };
   return launch(c10d::OpType::_ALLGATHER_BASE, std::move(job), async_op);
@@ -381,21 +488,22 @@ c10::intrusive_ptr<c10d::Work> Backend::allgather(std::vector<std::vector<at::Te
                                                   std::vector<at::Tensor>& inputs,
                                                   const c10d::AllgatherOptions& opts) {
   ++sequence_;
-  if (plan_of(core::Collective::kAllGather, where_of(outputs, inputs)) == core::Plan::kFallback) {
-    return fallback().allgather(outputs, inputs, opts);
-  }
+  const core::Route route =
+      route_of(query(core::Collective::kAllGather, where_of(outputs, inputs), Reduction()),
+               inputs.empty() ? at::Tensor() : inputs[0]);
+  if (route.runner == core::Runner::kFallback) return fallback().allgather(outputs, inputs, opts);
   single_tensor(inputs, "input_tensor");
   TORCH_CHECK_VALUE(outputs.size() == 1, "tensor_list: expected one list (one device per rank)");
-  return all_gather_lists(outputs, inputs, c10d::OpType::ALLGATHER, opts.asyncOp);
+  return all_gather_lists(outputs, inputs, {route.algorithm}, c10d::OpType::ALLGATHER, opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
   ++sequence_;
-  if (plan_of(core::Collective::kAllGather, where_of(outputs, inputs)) == core::Plan::kFallback) {
-    return fallback().allgather_coalesced(outputs, inputs, opts);
-  }
+  const core::RouteQuery q = query(core::Collective::kAllGather, where_of(outputs, inputs), Reduction());
+  const core::Route route = route_of(q, inputs.empty() ? at::Tensor() : inputs[0]);
+  if (route.runner == core::Runner::kFallback) return fallback().allgather_coalesced(outputs, inputs, opts);
   // c10d's layout (dist.all_gather_coalesced): one list per rank, each with
   // one tensor per input. The lists by input are allgather's.
   TORCH_CHECK_VALUE(int64_t(outputs.size()) == getSize(), "output_tensor_lists: expected ",
@@ -406,12 +514,13 @@ c10::intrusive_ptr<c10d::Work> Backend::allgather_coalesced(
                       inputs.size(), " tensors (one per input), got ", outputs[r].size());
     for (size_t i = 0; i < inputs.size(); ++i) by_input[i].push_back(outputs[r][i]);
   }
-  return all_gather_lists(by_input, inputs, c10d::OpType::ALLGATHER_COALESCED, opts.asyncOp);
+  return all_gather_lists(by_input, inputs, algorithms_of(q, route, inputs), c10d::OpType::ALLGATHER_COALESCED,
+                          opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::all_gather_lists(
     const std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
-    c10d::OpType type, bool async_op) {
+    std::vector<core::Algorithm> algorithms, c10d::OpType type, bool async_op) {
   check_all_gather_lists(outputs, inputs, getSize());
   std::vector<at::Tensor> all_outputs;
   std::vector<std::vector<StagedTensor>> outs;
@@ -421,15 +530,15 @@ c10::intrusive_ptr<c10d::Work> Backend::all_gather_lists(
   }
   Job job;
   job.outputs = all_outputs;
-  job.body = [plan = plan_, ins = staged_each(inputs, Use::kIn), outs,
-              world = getSize()](const core::Context& ctx) {
+  job.body = [plan = plan_, ins = staged_each(inputs, Use::kIn), outs, world = getSize(),
+              algorithms = std::move(algorithms)](const core::Context& ctx) {
     // The list form gathers into one buffer, then copies out.
     copy_in(ins);
     for (size_t i = 0; i < ins.size(); ++i) {
       const at::Tensor& in = ins[i].flat();
       const int64_t n = in.numel();
       at::Tensor gathered = at::empty({n * world}, in.options());
-      plan->all_gather(ctx, in, gathered);
+      plan->all_gather(ctx, in, gathered, algorithms[i]);
       for (size_t r = 0; r < outs[i].size(); ++r) {
         copy_bits(outs[i][r].flat(), gathered.narrow(0, int64_t(r) * n, n));
       }
@@ -445,12 +554,11 @@ c10::intrusive_ptr<c10d::Work> Backend::_reduce_scatter_base(at::Tensor& output,
                                                              const c10d::ReduceScatterOptions& opts) {
   ++sequence_;
   const Reduction red = reduction_of(opts.reduceOp);
-  if (plan_of(core::Collective::kReduceScatter, where_of(output, input), red) ==
-      core::Plan::kFallback) {
-    return fallback()._reduce_scatter_base(output, input, opts);
-  }
+  const core::Route route =
+      route_of(query(core::Collective::kReduceScatter, where_of(output, input), red), input);
+  if (route.runner == core::Runner::kFallback) return fallback()._reduce_scatter_base(output, input, opts);
   std::vector<at::Tensor> outs{output}, ins{input};
-  return reduce_scatter_tensors(outs, ins, red, opts.asyncOp);
+  return reduce_scatter_tensors(outs, ins, red, {route.algorithm}, opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter_tensor_coalesced(
@@ -458,26 +566,30 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter_tensor_coalesced(
     const c10d::ReduceScatterOptions& opts) {
   ++sequence_;
   const Reduction red = reduction_of(opts.reduceOp);
-  if (plan_of(core::Collective::kReduceScatter, where_of(outputs, inputs), red) ==
-      core::Plan::kFallback) {
+  const core::RouteQuery q = query(core::Collective::kReduceScatter, where_of(outputs, inputs), red);
+  const core::Route route = route_of(q, inputs.empty() ? at::Tensor() : inputs[0]);
+  if (route.runner == core::Runner::kFallback) {
     return fallback().reduce_scatter_tensor_coalesced(outputs, inputs, opts);
   }
-  return reduce_scatter_tensors(outputs, inputs, red, opts.asyncOp);
+  return reduce_scatter_tensors(outputs, inputs, red, algorithms_of(q, route, inputs), opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter_tensors(std::vector<at::Tensor>& outputs,
                                                                std::vector<at::Tensor>& inputs,
-                                                               const Reduction& red, bool async_op) {
+                                                               const Reduction& red,
+                                                               std::vector<core::Algorithm> algorithms,
+                                                               bool async_op) {
   check_reduce_scatter_pairs(outputs, inputs, getSize(), red.op, red.premul);
   Job job;
   job.outputs = outputs;
   job.body = [plan = plan_, ins = staged_each(inputs, Use::kIn), outs = staged_each(outputs, Use::kOut),
-              red](const core::Context& ctx) {
+              red, algorithms = std::move(algorithms)](const core::Context& ctx) {
     copy_in(ins);
     for (size_t i = 0; i < ins.size(); ++i) {
       // The input is not ours to scale in place.
       const at::Tensor& in = ins[i].flat();
-      plan->reduce_scatter(ctx, red.premul ? in.mul(red.factor) : in, outs[i].flat(), red.op);
+      plan->reduce_scatter(ctx, red.premul ? in.mul(red.factor) : in, outs[i].flat(), red.op,
+                           algorithms[i]);
     }
     copy_out(outs);
   };
@@ -489,21 +601,21 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter(std::vector<at::Tensor>& 
                                                        const c10d::ReduceScatterOptions& opts) {
   ++sequence_;
   const Reduction red = reduction_of(opts.reduceOp);
-  if (plan_of(core::Collective::kReduceScatter, where_of(outputs, inputs), red) ==
-      core::Plan::kFallback) {
-    return fallback().reduce_scatter(outputs, inputs, opts);
-  }
+  // The input is the list concatenated: world x the output.
+  const core::Route route = route_of(query(core::Collective::kReduceScatter, where_of(outputs, inputs), red),
+                                     outputs.empty() ? at::Tensor() : outputs[0], getSize());
+  if (route.runner == core::Runner::kFallback) return fallback().reduce_scatter(outputs, inputs, opts);
   check_reduce_scatter_list(outputs, inputs, getSize(), red.op, red.premul);
   Job job;
   job.outputs = outputs;
-  job.body = [plan = plan_, out = StagedTensor(outputs[0], Use::kOut),
-              list = staged_each(inputs[0], Use::kIn), red](const core::Context& ctx) {
+  job.body = [plan = plan_, out = StagedTensor(outputs[0], Use::kOut), list = staged_each(inputs[0], Use::kIn),
+              red, algorithm = route.algorithm](const core::Context& ctx) {
     // The list form reduces from one buffer: the inputs, concatenated here on
     // the worker, in call order (an earlier queued collective may write them).
     copy_in(list);
     at::Tensor in = at::cat(flats_of(list));
     if (red.premul) in.mul_(red.factor);
-    plan->reduce_scatter(ctx, in, out.flat(), red.op);
+    plan->reduce_scatter(ctx, in, out.flat(), red.op, algorithm);
     out.copy_out();
   };
   return launch(c10d::OpType::REDUCE_SCATTER, std::move(job), opts.asyncOp);
@@ -516,8 +628,7 @@ c10::intrusive_ptr<c10d::Work> Backend::alltoall_base(at::Tensor& output, at::Te
                                                       std::vector<int64_t>& input_split_sizes,
                                                       const c10d::AllToAllOptions& opts) {
   ++sequence_;
-  if (plan_of(core::Collective::kAllToAll, where_of(output, input)) ==
-      core::Plan::kFallback) {
+  if (runner_of(core::Collective::kAllToAll, where_of(output, input)) == core::Runner::kFallback) {
     return fallback().alltoall_base(output, input, output_split_sizes, input_split_sizes, opts);
   }
   check_all_to_all_single(output, input);
@@ -533,8 +644,7 @@ c10::intrusive_ptr<c10d::Work> Backend::alltoall(std::vector<at::Tensor>& output
                                                  std::vector<at::Tensor>& inputs,
                                                  const c10d::AllToAllOptions& opts) {
   ++sequence_;
-  if (plan_of(core::Collective::kAllToAll, where_of(outputs, inputs)) ==
-      core::Plan::kFallback) {
+  if (runner_of(core::Collective::kAllToAll, where_of(outputs, inputs)) == core::Runner::kFallback) {
     return fallback().alltoall(outputs, inputs, opts);
   }
   check_all_to_all_lists(outputs, inputs, getSize());
@@ -572,7 +682,7 @@ c10::intrusive_ptr<c10d::Work> Backend::gather(std::vector<std::vector<at::Tenso
                                                std::vector<at::Tensor>& inputs,
                                                const c10d::GatherOptions& opts) {
   ++sequence_;
-  if (plan_of(core::Collective::kGather, where_of(outputs, inputs)) == core::Plan::kFallback) {
+  if (runner_of(core::Collective::kGather, where_of(outputs, inputs)) == core::Runner::kFallback) {
     return fallback().gather(outputs, inputs, opts);
   }
   const at::Tensor& in = single_tensor(inputs, "tensor");
@@ -617,7 +727,7 @@ c10::intrusive_ptr<c10d::Work> Backend::scatter(std::vector<at::Tensor>& outputs
                                                 std::vector<std::vector<at::Tensor>>& inputs,
                                                 const c10d::ScatterOptions& opts) {
   ++sequence_;
-  if (plan_of(core::Collective::kScatter, where_of(outputs, inputs)) == core::Plan::kFallback) {
+  if (runner_of(core::Collective::kScatter, where_of(outputs, inputs)) == core::Runner::kFallback) {
     return fallback().scatter(outputs, inputs, opts);
   }
   const at::Tensor& out = single_tensor(outputs, "tensor");
@@ -655,11 +765,10 @@ c10::intrusive_ptr<c10d::Work> Backend::scatter(std::vector<at::Tensor>& outputs
 namespace {
 
 // What a send or receive completes: its Future, made only when someone asks.
-// dist.send and dist.recv never do, and making and completing one with its
-// list of tensors every call cost 8-byte messages about 0.1 us a call (through
-// the backend, one way: 1.56-1.68 us with, 1.37-1.43 us without, in turns).
-// The operation may complete on the engine's helper before or after
-// getFuture().
+// dist.send and dist.recv never do, and a Future made and completed with its
+// list of tensors on every call would be a share of a small message's cost
+// that nobody uses. The operation may complete on the engine's helper before
+// or after getFuture().
 class P2PCompletion {
  public:
   // `staged`: a receive into a tensor that is not contiguous, written back
@@ -818,21 +927,21 @@ c10::intrusive_ptr<c10d::Work> Backend::point_to_point(core::P2POp::Kind kind,
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
-  if (plan_of(core::Collective::kSend, where_of(tensors)) == core::Plan::kFallback) {
+  if (runner_of(core::Collective::kSend, where_of(tensors)) == core::Runner::kFallback) {
     return fallback().send(tensors, dst, tag);
   }
   return point_to_point(core::P2POp::Kind::kSend, tensors, dst, tag);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
-  if (plan_of(core::Collective::kRecv, where_of(tensors)) == core::Plan::kFallback) {
+  if (runner_of(core::Collective::kRecv, where_of(tensors)) == core::Runner::kFallback) {
     return fallback().recv(tensors, src, tag);
   }
   return point_to_point(core::P2POp::Kind::kRecv, tensors, src, tag);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
-  if (plan_of(core::Collective::kRecv, where_of(tensors)) == core::Plan::kFallback) {
+  if (runner_of(core::Collective::kRecv, where_of(tensors)) == core::Runner::kFallback) {
     return fallback().recvAnysource(tensors, tag);
   }
   return point_to_point(core::P2POp::Kind::kRecv, tensors, core::P2POp::kAnySource, tag);

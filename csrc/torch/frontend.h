@@ -1,11 +1,13 @@
-// pycomm as a torch.distributed backend: the one c10d front-end. Every
-// collective c10d hands it goes through the same steps, once: map the op,
-// route (csrc/core/routing.h: the plan, or the gloo fallback for what pycomm
-// does not run), check the arguments, pack lists into flat buffers, apply
-// premul_sum's factor, and queue a job that hands flat 1-D work to the plan
-// (plan.h) on the communicator's worker, in call order. So
-// init_process_group("cpu:pycomm") gives DDP, FSDP2 and tensor parallelism
-// pycomm's transport with no hook.
+// pycomm as a torch.distributed backend: the one c10d front-end, and the
+// front door of pycomm's own API too (pycomm.all_reduce and barrier enter
+// through all_reduce() and barrier() below, module.cpp). Every collective goes
+// through the same steps, once: map the op, ask the routing table
+// (csrc/core/routing.h) what runs it and how (a plan, the CUDA path, or the
+// gloo fallback for what pycomm does not run), check the arguments, pack lists
+// into flat buffers, apply premul_sum's factor, and queue a job that hands flat
+// 1-D work and the table's algorithm to the plan (plan.h) on the
+// communicator's worker, in call order. So init_process_group("cpu:pycomm")
+// gives DDP, FSDP2 and tensor parallelism pycomm's transport with no hook.
 //
 // Native: allreduce (+coalesced), broadcast, reduce, allgather (list, into
 // tensor, coalesced), reduce_scatter (list, tensor, coalesced), alltoall
@@ -17,7 +19,7 @@
 // contiguous is copied in and out). Everything else (sparse tensors, CUDA
 // tensors but the CUDA all-reduce's, what torch adds later) goes to a gloo
 // backend built on a prefixed copy of the same store, after pycomm's queued
-// work.
+// work; pycomm's own API on one host has none, and refuses those calls.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -35,7 +37,8 @@ namespace pycomm {
 class Backend : public c10d::Backend {
  public:
   // rank, size: in the group. `comm` covers the ranks of this host (all of
-  // them, for a group on one host); `plan` runs on it.
+  // them, for a group on one host); `plan` runs on it. `fallback` may be null
+  // (pycomm's own API on one host): what would go to it is then refused.
   Backend(int rank, int size, std::shared_ptr<Communicator> comm, std::shared_ptr<const Plan> plan,
           c10::intrusive_ptr<c10d::Backend> fallback);
   ~Backend() override;
@@ -112,6 +115,23 @@ class Backend : public c10d::Backend {
 
   const std::shared_ptr<Communicator>& communicator() const { return comm_; }
 
+  // What pycomm.all_reduce adds to c10d's options (module.cpp); c10d's
+  // allreduce and allreduce_coalesced take the defaults.
+  struct AllReduceCall {
+    // Asked for: kept where there is a choice (one host, CUDA); auto is the
+    // routing table's pick by size.
+    core::Algorithm algorithm = core::Algorithm::kAuto;
+    // Put the tensor back if the collective fails part way (CPU, one host).
+    bool restore = false;
+    // Run to the end and return no Work (null): the caller waits anyway.
+    bool blocking = false;
+    bool coalesced = false;  // allreduce_coalesced's (what its fallback gets)
+  };
+  // The one all-reduce entry.
+  c10::intrusive_ptr<c10d::Work> all_reduce(std::vector<at::Tensor>& tensors,
+                                            const c10d::AllreduceOptions& opts,
+                                            const AllReduceCall& call);
+
   // What routing needs to know of a call's tensors.
   struct Where {
     bool cuda = false;        // one is on a CUDA device
@@ -130,25 +150,45 @@ class Backend : public c10d::Backend {
     bool native = true;  // false for an op pycomm does not know (c10d's UNUSED, later ones)
   };
   static Reduction reduction_of(const c10d::ReduceOp& op);
-  // Where a call goes: the plan's route query with the call's own fields
-  // (`red` for the collectives that reduce).
-  core::Plan plan_of(core::Collective c, Where w, const Reduction& red) const;
-  core::Plan plan_of(core::Collective c, Where w) const;
+  // The routing table's query for a call: the plan's layout and thresholds,
+  // the call's tensors (`w`), reduction and requested algorithm; route_of
+  // adds a message's size.
+  core::RouteQuery query(core::Collective c, const Where& w, const Reduction& red,
+                         core::Algorithm requested = core::Algorithm::kAuto) const;
+  // What runs a call whose messages' sizes decide nothing (the collectives
+  // whose plan methods take no algorithm).
+  core::Runner runner_of(core::Collective c, const Where& w) const;
+  // The table's answer for a message of `sized`'s size per rank (`times`
+  // copies of it: reduce_scatter's list); undefined: no size.
+  static core::Route route_of(core::RouteQuery q, const at::Tensor& sized, int64_t times = 1);
+  // The algorithm for each of a call's messages, `first` being the first's
+  // route (what runs them does not depend on their sizes).
+  static std::vector<core::Algorithm> algorithms_of(const core::RouteQuery& q, const core::Route& first,
+                                                    const std::vector<at::Tensor>& sized);
 
-  c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, Job job, bool async_op);
-  c10::intrusive_ptr<c10d::Work> all_reduce(std::vector<at::Tensor>& tensors, const Reduction& red,
-                                            core::Plan plan, bool async_op);
-  c10::intrusive_ptr<c10d::Work> cuda_all_reduce(std::vector<at::Tensor>& tensors,
-                                                 const Reduction& red, bool async_op);
+  // Runs `body` in the caller's thread when the caller waits anyway and the
+  // communicator is idle; else queues it. `blocking`: returns null once done.
+  template <class Body>
+  c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, const std::vector<at::Tensor>& outputs,
+                                        Body body, bool async_op, bool blocking);
+  // The same for a made job (a CUDA job carries its stream and devices).
+  c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, Job job, bool async_op, bool blocking = false);
+  c10::intrusive_ptr<c10d::Work> cuda_all_reduce(std::vector<at::Tensor>& tensors, const Reduction& red,
+                                                 std::vector<core::Algorithm> algorithms, bool async_op,
+                                                 bool blocking);
   c10::intrusive_ptr<c10d::Work> all_gather_tensors(std::vector<at::Tensor>& outputs,
-                                                    std::vector<at::Tensor>& inputs, bool async_op);
+                                                    std::vector<at::Tensor>& inputs,
+                                                    std::vector<core::Algorithm> algorithms, bool async_op);
   // allgather's lists: list i holds the world's copies of input i.
   c10::intrusive_ptr<c10d::Work> all_gather_lists(const std::vector<std::vector<at::Tensor>>& outputs,
-                                                  std::vector<at::Tensor>& inputs, c10d::OpType type,
-                                                  bool async_op);
+                                                  std::vector<at::Tensor>& inputs,
+                                                  std::vector<core::Algorithm> algorithms,
+                                                  c10d::OpType type, bool async_op);
   c10::intrusive_ptr<c10d::Work> reduce_scatter_tensors(std::vector<at::Tensor>& outputs,
                                                         std::vector<at::Tensor>& inputs,
-                                                        const Reduction& red, bool async_op);
+                                                        const Reduction& red,
+                                                        std::vector<core::Algorithm> algorithms,
+                                                        bool async_op);
   // `send` and `recv` point into the staged tensors' flat views.
   c10::intrusive_ptr<c10d::Work> all_to_all(c10d::OpType type, std::vector<at::Tensor> outputs,
                                             Blocks send, Blocks recv, std::vector<StagedTensor> ins,
@@ -159,14 +199,14 @@ class Backend : public c10d::Backend {
   // Waits for pycomm's queued work, then returns the fallback backend: what
   // the caller hands it may depend on that work. (The other way round, as
   // with gloo alone, a caller waits for an isend/irecv before a collective
-  // uses its tensor.)
+  // uses its tensor.) c10d's calls always have one.
   c10d::Backend& fallback();
 
   std::shared_ptr<Communicator> comm_;
   // Shared with every queued job, which may still run while the backend is
   // destroyed (its communicator's worker finishes the job it is in).
   std::shared_ptr<const Plan> plan_;
-  c10::intrusive_ptr<c10d::Backend> fallback_;
+  c10::intrusive_ptr<c10d::Backend> fallback_;  // null: pycomm's own API on one host
   // Counted at the top of every collective's entry point.
   std::atomic<uint64_t> sequence_{0};
 };

@@ -163,7 +163,8 @@ HierarchicalPlan::HierarchicalPlan(HostLayout layout, c10::intrusive_ptr<c10d::B
     : layout_(std::move(layout)),
       inter_(std::move(inter)),
       group_(std::move(group)),
-      tuning_(config.hierarchy) {
+      tuning_(config.hierarchy),
+      direct_max_bytes_(config.tuning.direct_max_bytes) {
   tuning_.piece_bytes = std::max<size_t>(tuning_.piece_bytes, 1);
 }
 
@@ -176,12 +177,8 @@ core::RouteQuery HierarchicalPlan::route_query() const {
   return q;
 }
 
-core::Route HierarchicalPlan::route(core::Collective c, const at::Tensor& t) const {
-  core::RouteQuery q = route_query();
-  q.collective = c;
-  q.count = size_t(t.numel());
-  q.bytes = size_t(t.numel()) * t.element_size();
-  return core::route(q).route;
+core::Algorithm HierarchicalPlan::host_step(size_t bytes_per_rank) const {
+  return core::host_algorithm(bytes_per_rank, layout_.local_size(), direct_max_bytes_);
 }
 
 void HierarchicalPlan::inter_all_reduce(const core::Context& ctx, const at::Tensor& t,
@@ -251,6 +248,7 @@ void HierarchicalPlan::rs_ar_ag(const core::Context& ctx, const at::Tensor& t, c
     ag.input = shard.data_ptr();
     ag.output = base + u0 * L * esize;
     ag.count = size_t(m);
+    ag.algorithm = host_step(size_t(m * esize));
     core::all_gather(ctx, ag);
   };
   for (int64_t k = 0; k < pieces; ++k) {
@@ -262,6 +260,7 @@ void HierarchicalPlan::rs_ar_ag(const core::Context& ctx, const at::Tensor& t, c
     rs.output = shard.data_ptr();
     rs.count = size_t(m);
     rs.op = host_op(op);
+    rs.algorithm = host_step(size_t(m * L * esize));
     core::reduce_scatter(ctx, rs);
     if (inter_->getSize() > 1) {
       crossing[size_t(k)] = for_gloo(shard, op);
@@ -277,21 +276,22 @@ void HierarchicalPlan::rs_ar_ag(const core::Context& ctx, const at::Tensor& t, c
   gather(pieces - 1);
 }
 
-void HierarchicalPlan::all_reduce(const core::Context& ctx, const at::Tensor& t, core::ReduceOp op) const {
+void HierarchicalPlan::all_reduce(const core::Context& ctx, const at::Tensor& t, core::ReduceOp op,
+                                  core::Algorithm algorithm, bool /*restore*/) const {
   const int64_t n = t.numel();
   // The part that splits into L equal shards goes reduce-scatter / all-reduce /
   // all-gather; the few elements left over go through the leaders.
   const int64_t L = layout_.local_size();
-  const int64_t main = route(core::Collective::kAllReduce, t) == core::Route::kRsArAg ? n / L * L : 0;
+  const int64_t main = algorithm == core::Algorithm::kRsArAg ? n / L * L : 0;
   if (main > 0) rs_ar_ag(ctx, t.narrow(0, 0, main), op);
   if (main < n || n == 0) leader_all_reduce(ctx, t.narrow(0, main, n - main), op);
 }
 
 void HierarchicalPlan::reduce(const core::Context& ctx, const at::Tensor& t, core::ReduceOp op,
-                              int root) const {
+                              int root, core::Algorithm algorithm) const {
   // An all-reduce on a copy: the other ranks' tensors are not to be written.
   at::Tensor work = clone_bits(t);
-  all_reduce(ctx, work, op);
+  all_reduce(ctx, work, op, algorithm, /*restore=*/false);
   if (root == layout_.rank) copy_bits(t, work);
 }
 
@@ -322,9 +322,9 @@ void HierarchicalPlan::broadcast(const core::Context& ctx, const at::Tensor& t, 
   }
 }
 
-void HierarchicalPlan::all_gather(const core::Context& ctx, const at::Tensor& in,
-                                  const at::Tensor& out) const {
-  if (route(core::Collective::kAllGather, in) == core::Route::kGloo) {
+void HierarchicalPlan::all_gather(const core::Context& ctx, const at::Tensor& in, const at::Tensor& out,
+                                  core::Algorithm algorithm) const {
+  if (algorithm == core::Algorithm::kGloo) {
     remote(ctx, "all_gather", [&] {
       at::Tensor o = as_bytes(out), i = as_bytes(in);
       return group_->_allgather_base(o, i, c10d::AllgatherOptions());
@@ -347,6 +347,7 @@ void HierarchicalPlan::all_gather(const core::Context& ctx, const at::Tensor& in
   ag.input = across.data_ptr();
   ag.output = all.data_ptr();
   ag.count = size_t(int64_t(H) * c);
+  ag.algorithm = host_step(ag.count * size_t(in.element_size()));
   core::all_gather(ctx, ag);
   for (int l = 0; l < L; ++l) {
     for (int h = 0; h < H; ++h) {
@@ -357,10 +358,11 @@ void HierarchicalPlan::all_gather(const core::Context& ctx, const at::Tensor& in
 }
 
 void HierarchicalPlan::reduce_scatter(const core::Context& ctx, const at::Tensor& in,
-                                      const at::Tensor& out, core::ReduceOp op) const {
+                                      const at::Tensor& out, core::ReduceOp op,
+                                      core::Algorithm algorithm) const {
   const int64_t c = out.numel();
   if (c == 0) return;  // the same on every rank: nothing to move
-  if (route(core::Collective::kReduceScatter, in) == core::Route::kGloo) {
+  if (algorithm == core::Algorithm::kGloo) {
     at::Tensor o = for_gloo(out, op), i = for_gloo(in, op);
     remote(ctx, "reduce_scatter", [&] {
       c10d::ReduceScatterOptions opts;
@@ -389,6 +391,7 @@ void HierarchicalPlan::reduce_scatter(const core::Context& ctx, const at::Tensor
   rs.output = part.data_ptr();
   rs.count = size_t(int64_t(H) * c);
   rs.op = host_op(op);
+  rs.algorithm = host_step(rs.count * size_t(L) * size_t(out.element_size()));
   core::reduce_scatter(ctx, rs);
   if (inter_->getSize() > 1) {
     at::Tensor o = for_gloo(out, op), p = for_gloo(part, op);

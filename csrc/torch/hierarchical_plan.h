@@ -1,7 +1,9 @@
 // The plan of a group whose ranks span hosts: each collective is composed of
 // pycomm's shared-memory collectives among the ranks of one host and an
 // existing torch.distributed backend (gloo on CPU) between hosts. Which form
-// each call takes is the routing table's (csrc/core/routing.h):
+// each call takes is the routing table's answer (csrc/core/routing.h), which
+// the front-end passes in; the host steps a form composes take the table's
+// one-host rule for their own messages (core::host_algorithm):
 //  - all_reduce "rs-ar-ag" (every host has L ranks, more than
 //    hier_leader_max_bytes, at least L elements): the intra-host reduce-scatter
 //    half of the ring; an all-reduce of each rank's 1/L shard among the ranks
@@ -59,17 +61,23 @@ class HierarchicalPlan : public Plan {
   const HostLayout& layout() const { return layout_; }
 
   core::RouteQuery route_query() const override;
-  void all_reduce(const core::Context& ctx, const at::Tensor& t, core::ReduceOp op) const override;
+  // `restore` does not apply: a failed inter-host step aborts the session of
+  // every host (fail_remote), so no rank goes on with the tensor.
+  void all_reduce(const core::Context& ctx, const at::Tensor& t, core::ReduceOp op,
+                  core::Algorithm algorithm, bool restore) const override;
   void broadcast(const core::Context& ctx, const at::Tensor& t, int root) const override;
-  void reduce(const core::Context& ctx, const at::Tensor& t, core::ReduceOp op, int root) const override;
-  void all_gather(const core::Context& ctx, const at::Tensor& in, const at::Tensor& out) const override;
+  void reduce(const core::Context& ctx, const at::Tensor& t, core::ReduceOp op, int root,
+              core::Algorithm algorithm) const override;
+  void all_gather(const core::Context& ctx, const at::Tensor& in, const at::Tensor& out,
+                  core::Algorithm algorithm) const override;
   void reduce_scatter(const core::Context& ctx, const at::Tensor& in, const at::Tensor& out,
-                      core::ReduceOp op) const override;
+                      core::ReduceOp op, core::Algorithm algorithm) const override;
   void all_to_all(const core::Context& ctx, const Blocks& send, const Blocks& recv) const override;
   void barrier(const core::Context& ctx) const override;
 
  private:
-  core::Route route(core::Collective c, const at::Tensor& t) const;
+  // The one-host rule for a host step of `bytes_per_rank` (core::host_algorithm).
+  core::Algorithm host_step(size_t bytes_per_rank) const;
   void rs_ar_ag(const core::Context& ctx, const at::Tensor& t, core::ReduceOp op) const;
   void leader_all_reduce(const core::Context& ctx, const at::Tensor& t, core::ReduceOp op) const;
   void inter_all_reduce(const core::Context& ctx, const at::Tensor& t, core::ReduceOp op) const;
@@ -77,6 +85,7 @@ class HierarchicalPlan : public Plan {
   HostLayout layout_;
   c10::intrusive_ptr<c10d::Backend> inter_, group_;
   core::HierarchyTuning tuning_;
+  size_t direct_max_bytes_;  // the host steps' (CollectiveTuning::direct_max_bytes)
 };
 
 }  // namespace pycomm

@@ -15,15 +15,18 @@ core::RouteQuery HostPlan::route_query() const {
 }
 
 // c10d's collectives never put a failed call's tensor back (DDP drops a failed
-// step's buckets): no backup copy (restore = false) on any of them.
+// step's buckets): no backup copy (restore = false) on any of them but the
+// all-reduce that pycomm.all_reduce asks to restore.
 
-void HostPlan::all_reduce(const core::Context& ctx, const at::Tensor& t, core::ReduceOp op) const {
+void HostPlan::all_reduce(const core::Context& ctx, const at::Tensor& t, core::ReduceOp op,
+                          core::Algorithm algorithm, bool restore) const {
   core::AllReduceArgs a;
   a.dtype = dtype_of(t);
   a.data = t.data_ptr();
   a.count = size_t(t.numel());
   a.op = op;
-  a.restore = false;
+  a.algorithm = algorithm;
+  a.restore = restore;
   core::all_reduce(ctx, a);
 }
 
@@ -37,7 +40,8 @@ void HostPlan::broadcast(const core::Context& ctx, const at::Tensor& t, int root
   core::broadcast(ctx, a);
 }
 
-void HostPlan::reduce(const core::Context& ctx, const at::Tensor& t, core::ReduceOp op, int root) const {
+void HostPlan::reduce(const core::Context& ctx, const at::Tensor& t, core::ReduceOp op, int root,
+                      core::Algorithm) const {  // one host's reduce has one algorithm (direct)
   core::ReduceArgs a;
   a.dtype = dtype_of(t);
   a.data = t.data_ptr();
@@ -48,8 +52,10 @@ void HostPlan::reduce(const core::Context& ctx, const at::Tensor& t, core::Reduc
   core::reduce(ctx, a);
 }
 
-void HostPlan::all_gather(const core::Context& ctx, const at::Tensor& in, const at::Tensor& out) const {
+void HostPlan::all_gather(const core::Context& ctx, const at::Tensor& in, const at::Tensor& out,
+                          core::Algorithm algorithm) const {
   core::AllGatherArgs a;
+  a.algorithm = algorithm;
   a.dtype = dtype_of(in);
   a.input = in.data_ptr();
   a.output = out.data_ptr();
@@ -58,8 +64,9 @@ void HostPlan::all_gather(const core::Context& ctx, const at::Tensor& in, const 
 }
 
 void HostPlan::reduce_scatter(const core::Context& ctx, const at::Tensor& in, const at::Tensor& out,
-                              core::ReduceOp op) const {
+                              core::ReduceOp op, core::Algorithm algorithm) const {
   core::ReduceScatterArgs a;
+  a.algorithm = algorithm;
   a.dtype = dtype_of(out);
   a.input = in.data_ptr();
   a.output = out.data_ptr();

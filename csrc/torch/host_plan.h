@@ -12,12 +12,15 @@ class HostPlan : public Plan {
   HostPlan(int world, const core::CommConfig& config);
 
   core::RouteQuery route_query() const override;
-  void all_reduce(const core::Context& ctx, const at::Tensor& t, core::ReduceOp op) const override;
+  void all_reduce(const core::Context& ctx, const at::Tensor& t, core::ReduceOp op,
+                  core::Algorithm algorithm, bool restore) const override;
   void broadcast(const core::Context& ctx, const at::Tensor& t, int root) const override;
-  void reduce(const core::Context& ctx, const at::Tensor& t, core::ReduceOp op, int root) const override;
-  void all_gather(const core::Context& ctx, const at::Tensor& in, const at::Tensor& out) const override;
+  void reduce(const core::Context& ctx, const at::Tensor& t, core::ReduceOp op, int root,
+              core::Algorithm algorithm) const override;
+  void all_gather(const core::Context& ctx, const at::Tensor& in, const at::Tensor& out,
+                  core::Algorithm algorithm) const override;
   void reduce_scatter(const core::Context& ctx, const at::Tensor& in, const at::Tensor& out,
-                      core::ReduceOp op) const override;
+                      core::ReduceOp op, core::Algorithm algorithm) const override;
   void all_to_all(const core::Context& ctx, const Blocks& send, const Blocks& recv) const override;
   void barrier(const core::Context& ctx) const override;
   void gather(const core::Context& ctx, const at::Tensor& in, const at::Tensor& out,

@@ -1,6 +1,7 @@
 // pycomm._C: the Python binding. The one layer that knows about Python: it
-// translates errors, releases the GIL around blocking calls, and turns
-// pycomm.all_reduce's arguments into a communicator job.
+// translates errors, releases the GIL around blocking calls, and hands
+// pycomm.all_reduce's arguments to the c10d front-end's all-reduce entry
+// (frontend.h), the one dist.all_reduce takes.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
@@ -8,7 +9,6 @@
 #include <torch/extension.h>
 
 #include <cstring>
-#include <thread>
 
 #include "../core/errors.h"
 #include "../core/kernels/reduce_kernels.h"
@@ -16,38 +16,16 @@
 #include "../core/tuning.h"
 #include "../cuda/all_reduce_args.h"
 #include "communicator.h"
-#include "cuda_path.h"
 #include "dtype_map.h"
 #include "frontend.h"
 #include "hierarchical_plan.h"
 #include "host_plan.h"
 #include "tables_bindings.h"
-#include "tensor_checks.h"
 
 namespace py = pybind11;
 
 namespace pycomm {
 namespace {
-
-// What async_op=True returns: .wait() raises the original typed exception;
-// .get_future() is a torch.futures.Future completed by the worker thread,
-// holding a list with the tensor, as torch's own Work.get_future() does.
-class PyWork {
- public:
-  explicit PyWork(std::shared_ptr<WorkItem> item) : item_(std::move(item)) {}
-  bool wait() {
-    py::gil_scoped_release no_gil;
-    item_->wait();
-    return true;
-  }
-  bool is_completed() { return item_->completed(); }
-  std::shared_ptr<torch::jit::PythonFutureWrapper> get_future() {
-    return std::make_shared<torch::jit::PythonFutureWrapper>(item_->future);
-  }
-
- private:
-  std::shared_ptr<WorkItem> item_;
-};
 
 // "pycomm.CommTimeout: rank 2: ..." -> "rank 2: ...".
 const char* without_class_name(const char* what) {
@@ -70,108 +48,71 @@ struct ReleaseGilAndDelete {
 };
 
 // pycomm.all_reduce's op and algorithm by name, for a communicator on one
-// host and across hosts (pycomm/comm.py) alike.
-void parse_names(const std::string& op, const std::string& algorithm, core::AllReduceArgs* a) {
-  TORCH_CHECK_VALUE(to_core_op(op, &a->op), "op: unknown reduction '", op, "'; expected one of ",
+// host and across hosts alike.
+void parse_names(const std::string& op, const std::string& algorithm, core::ReduceOp* o,
+                 core::Algorithm* a) {
+  TORCH_CHECK_VALUE(to_core_op(op, o), "op: unknown reduction '", op, "'; expected one of ",
                     joined_names(core::kReduceOps, core::op_name));
-  TORCH_CHECK_VALUE(to_core_algorithm(algorithm, &a->algorithm), "algorithm: unknown algorithm '",
-                    algorithm, "'; expected one of ",
-                    joined_names(core::kAllReduceAlgorithms,
-                                 [](core::Algorithm x) { return core::algorithm_name(uint32_t(x)); }),
+  TORCH_CHECK_VALUE(to_core_algorithm(algorithm, a), "algorithm: unknown algorithm '", algorithm,
+                    "'; expected one of ", joined_names(core::kAllReduceAlgorithms, core::algorithm_name),
                     " (two_shot: CUDA tensors only)");
 }
 
-// The async future holds [tensor], as torch's Work.get_future() does.
-// python_future (ring_hook's, private): it holds the tensor itself as a Python
-// object, which DDP's Python hook interface requires of a hook's future (made
-// on the worker under the GIL, so the hook needs no Python callback to
-// convert it).
-py::object all_reduce(Communicator& comm, const at::Tensor& tensor, const std::string& op,
-                      bool async_op, const std::string& algorithm,
+c10d::ReduceOp c10d_op_of(core::ReduceOp op) {
+  switch (op) {
+    case core::ReduceOp::kAvg: return c10d::ReduceOp(c10d::ReduceOp::AVG);
+    case core::ReduceOp::kMax: return c10d::ReduceOp(c10d::ReduceOp::MAX);
+    case core::ReduceOp::kMin: return c10d::ReduceOp(c10d::ReduceOp::MIN);
+    case core::ReduceOp::kProduct: return c10d::ReduceOp(c10d::ReduceOp::PRODUCT);
+    default: return c10d::ReduceOp(c10d::ReduceOp::SUM);
+  }
+}
+
+// The front-end behind a backend that make_backend or
+// make_hierarchical_backend made.
+Backend& frontend_of(const c10::intrusive_ptr<c10d::Backend>& backend) {
+  auto* b = dynamic_cast<Backend*>(backend.get());
+  TORCH_CHECK_TYPE(b != nullptr, "backend: expected pycomm's backend (make_backend), got ",
+                   backend ? backend->getBackendName() : std::string("None"));
+  return *b;
+}
+
+// pycomm.all_reduce: the front-end's all-reduce entry with its options.
+// Returns None (async_op=False), else the c10d Work (wait, is_completed,
+// get_future: a Future of [tensor], as torch's own Work gives).
+// python_future (ring_hook's): returns the Future itself, holding the tensor
+// as a Python object, which DDP's Python hook interface requires of a hook's
+// future; it is made under the GIL on the thread that completes the work, so
+// the hook needs no Python callback to convert it.
+py::object all_reduce(const c10::intrusive_ptr<c10d::Backend>& backend, const at::Tensor& tensor,
+                      const std::string& op, bool async_op, const std::string& algorithm,
                       std::optional<bool> restore_on_failure, bool python_future) {
-  core::AllReduceArgs a;
-  parse_names(op, algorithm, &a);
-  check_tensor(tensor, "tensor", /*cuda_ok=*/true);
-  check_op_for_dtype(a.op, false, tensor.scalar_type(), "tensor");
-  // In place, on the tensor's own memory: the backend (dist.all_reduce on a
-  // pycomm group) stages other layouts; this direct path does not.
-  TORCH_CHECK_VALUE(!StagedTensor::needed(tensor), "tensor: pycomm.all_reduce reduces in place and "
-                    "needs a contiguous tensor with no conj or neg bit, got sizes ", tensor.sizes(),
-                    " and strides ", tensor.strides(), "; dist.all_reduce on a pycomm group takes any layout");
-  const at::Tensor real = real_view(tensor);  // complex: pairs of reals
-  a.dtype = dtype_of(real);
-  a.data = real.data_ptr();
-  a.count = size_t(real.numel());
-  const bool on_cuda = tensor.is_cuda();
-  TORCH_CHECK_TYPE(!on_cuda || core::cuda_all_reduce_takes(a.dtype, a.op), "tensor: the CUDA "
-                   "all-reduce takes float32, float64, float16, bfloat16, int8, uint8, int32 and int64 "
-                   "tensors (sum, avg, max, min, product), not ", torch_dtype_name(tensor.scalar_type()),
-                   " with '", core::op_name(a.op), "'; dist.all_reduce on a pycomm group takes it");
-  // CPU tensors only: a CUDA all-reduce that fails part way leaves the tensor
-  // partly reduced (its kernels write the output piece by piece).
-  a.restore = !on_cuda && restore_on_failure.value_or(comm.config().tuning.restore_on_failure);
-  Job job;
-  if (on_cuda) job = cuda_all_reduce_job(comm, tensor, "tensor", a);
-  if (!async_op) {
-    bool ran;
-    {
-      py::gil_scoped_release no_gil;
-      const uint64_t bytes = uint64_t(tensor.nbytes());
-      ran = on_cuda ? comm.run_if_idle(job.body, "all_reduce", bytes)
-                    : comm.run_if_idle([&a](const core::Context& ctx) { core::all_reduce(ctx, a); },
-                                       "all_reduce", bytes);
-    }
-    if (ran) return py::none();  // with the GIL held again
-  }
-  job.what = "all_reduce";
-  if (!on_cuda) {
-    job.outputs = {tensor};
-    job.body = [a](const core::Context& ctx) { core::all_reduce(ctx, a); };
-  }
-  if (python_future) {
-    job.value_type = c10::PyObjectType::get();
-    job.value = [tensor] {
-      py::gil_scoped_acquire gil;
-      return torch::jit::toIValue(py::cast(tensor), c10::PyObjectType::get());
-    };
-  } else {
-    job.value_type = c10::ListType::ofTensors();
-    job.value = [tensor] { return c10::IValue(std::vector<at::Tensor>{tensor}); };
-  }
-  std::shared_ptr<WorkItem> item;
+  Backend& frontend = frontend_of(backend);
+  core::ReduceOp o;
+  Backend::AllReduceCall call;
+  parse_names(op, algorithm, &o, &call.algorithm);
+  c10d::AllreduceOptions opts;
+  opts.reduceOp = c10d_op_of(o);
+  opts.asyncOp = async_op || python_future;
+  call.restore = restore_on_failure.value_or(frontend.communicator()->config().tuning.restore_on_failure);
+  call.blocking = !opts.asyncOp;
+  std::vector<at::Tensor> tensors{tensor};
+  c10::intrusive_ptr<c10d::Work> work;
   {
     py::gil_scoped_release no_gil;
-    item = comm.enqueue(std::move(job));
-    if (!async_op) item->wait();
+    work = frontend.all_reduce(tensors, opts, call);
   }
-  if (!async_op) return py::none();
-  return py::cast(PyWork(std::move(item)));
-}
-
-// The config dict's keys and fields: the settings table (csrc/core/settings.h).
-py::dict config_dict(const core::CommConfig& c) {
-  py::dict d;
-#define PYCOMM_TO_DICT(name, field, env, unit, factor, value, why) d[#name] = c.field;
-  PYCOMM_SETTINGS(PYCOMM_TO_DICT)
-#undef PYCOMM_TO_DICT
-  return d;
-}
-
-core::CommConfig config_from(int world, const py::dict& d) {
-  core::CommConfig c = core::default_config(world, int(std::thread::hardware_concurrency()));
-  for (auto item : d) {
-    const std::string key = py::str(item.first);
-    py::handle v = item.second;
-#define PYCOMM_FROM_DICT(name, field, env, unit, factor, value, why) \
-  if (key == #name) {                                                \
-    c.field = v.cast<decltype(c.field)>();                           \
-    continue;                                                        \
-  }
-    PYCOMM_SETTINGS(PYCOMM_FROM_DICT)
-#undef PYCOMM_FROM_DICT
-    throw py::value_error("config: unknown setting '" + key + "'");
-  }
-  return c;
+  if (!work) return py::none();
+  if (!python_future) return py::cast(work);
+  c10::intrusive_ptr<c10::ivalue::Future> held = work->getFuture()->then(
+      [tensor](c10::ivalue::Future& done) {
+        // An error passes on as it is (then() sets it on the child future).
+        if (done.hasError()) std::rethrow_exception(done.exception_ptr());
+        py::gil_scoped_acquire gil;
+        return torch::jit::toIValue(py::cast(tensor), c10::PyObjectType::get());
+      },
+      c10::PyObjectType::get());
+  return py::cast(std::make_shared<torch::jit::PythonFutureWrapper>(std::move(held)));
 }
 
 bool cuda_built() {
@@ -229,15 +170,9 @@ PYBIND11_MODULE(_C, m) {
     }
   });
 
-  py::class_<PyWork>(m, "Work")
-      .def("wait", &PyWork::wait, "Blocks until the collective finished; raises its error.")
-      .def("is_completed", &PyWork::is_completed)
-      .def("get_future", &PyWork::get_future,
-           "A torch.futures.Future that completes with [tensor], as torch's Work.get_future().");
-
   py::class_<Communicator, std::shared_ptr<Communicator>>(m, "Communicator")
       .def(py::init([](int rank, int world, const std::string& name, bool create, const py::dict& config) {
-             core::CommConfig c = config_from(world, config);
+             core::CommConfig c = config_from(config);
              py::gil_scoped_release no_gil;
              return std::shared_ptr<Communicator>(new Communicator(rank, world, name, create, c),
                                                   ReleaseGilAndDelete{});
@@ -245,16 +180,6 @@ PYBIND11_MODULE(_C, m) {
            py::arg("rank"), py::arg("world"), py::arg("name"), py::arg("create"), py::arg("config"))
       .def("start", &Communicator::start)
       .def("unlink_name", &Communicator::unlink_name)
-      .def("all_reduce", &all_reduce, py::arg("tensor"), py::arg("op"), py::arg("async_op"),
-           py::arg("algorithm"), py::arg("restore_on_failure") = py::none(),
-           py::arg("python_future") = false)
-      .def("barrier", [](Communicator& c) {
-             Job job;
-             job.body = [](const core::Context& ctx) { core::barrier(ctx); };
-             job.what = "barrier";
-             py::gil_scoped_release no_gil;
-             if (!c.run_if_idle(job.body, "barrier", 0)) c.enqueue(std::move(job))->wait();
-           })
       .def("close", &Communicator::close, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("rank", &Communicator::rank)
       .def_property_readonly("world_size", &Communicator::world)
@@ -262,14 +187,16 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("config", [](const Communicator& c) { return config_dict(c.config()); });
 
   m.def("make_backend",
-        [](std::shared_ptr<Communicator> comm, c10::intrusive_ptr<c10d::Backend> fallback) {
+        [](std::shared_ptr<Communicator> comm, std::optional<c10::intrusive_ptr<c10d::Backend>> fallback) {
           const int rank = comm->rank(), world = comm->world();
           auto plan = std::make_unique<HostPlan>(world, comm->config());
           return c10::intrusive_ptr<c10d::Backend>(c10::make_intrusive<Backend>(
-              rank, world, std::move(comm), std::move(plan), std::move(fallback)));
+              rank, world, std::move(comm), std::move(plan),
+              fallback ? std::move(*fallback) : c10::intrusive_ptr<c10d::Backend>()));
         },
         py::arg("communicator"), py::arg("fallback"),
-        "The c10d backend over `communicator`, forwarding what it does not run to `fallback`.");
+        "The c10d backend over `communicator`, forwarding what it does not run to `fallback` "
+        "(None: refusing it, as pycomm's own API on one host does).");
   m.def("make_hierarchical_backend",
         [](std::shared_ptr<Communicator> comm, c10::intrusive_ptr<c10d::Backend> inter,
            c10::intrusive_ptr<c10d::Backend> fallback, int rank, std::vector<std::vector<int>> hosts) {
@@ -288,10 +215,24 @@ PYBIND11_MODULE(_C, m) {
         "The c10d backend of a group that spans hosts: `communicator` over this host's ranks, "
         "`inter` over the ranks with this rank's local index on every host, `fallback` over all; "
         "its thresholds are the communicator's settings (hier_*).");
+  m.def("all_reduce", &all_reduce, py::arg("backend"), py::arg("tensor"), py::arg("op"),
+        py::arg("async_op"), py::arg("algorithm"), py::arg("restore_on_failure") = py::none(),
+        py::arg("python_future") = false,
+        "pycomm.all_reduce through `backend`'s front-end (make_backend, make_hierarchical_backend).");
+  m.def("barrier",
+        [](const c10::intrusive_ptr<c10d::Backend>& backend) {
+          Backend& frontend = frontend_of(backend);
+          py::gil_scoped_release no_gil;
+          c10d::BarrierOptions opts;
+          opts.asyncOp = false;  // runs in this thread when the communicator is idle
+          frontend.barrier(opts)->wait();
+        },
+        py::arg("backend"), "pycomm.barrier through `backend`'s front-end.");
   m.def("check_all_reduce_names",
         [](const std::string& op, const std::string& algorithm) {
-          core::AllReduceArgs a;
-          parse_names(op, algorithm, &a);
+          core::ReduceOp o;
+          core::Algorithm a;
+          parse_names(op, algorithm, &o, &a);
         },
         py::arg("op"), py::arg("algorithm"),
         "ValueError unless pycomm.all_reduce takes `op` and `algorithm`.");

@@ -1,15 +1,17 @@
 // A plan: how the collectives of one c10d backend move their bytes, once the
-// front-end (frontend.h) has checked the call, packed its lists into flat
-// buffers and applied premul_sum's factor. Every method runs on the
-// communicator's worker (or an idle caller), in call order, on 1-D contiguous
-// CPU tensors of one dtype, and is called the same way on every rank.
+// front-end (frontend.h) has checked the call, asked the routing table
+// (csrc/core/routing.h) how it runs, packed its lists into flat buffers and
+// applied premul_sum's factor. Every method runs on the communicator's worker
+// (or an idle caller), in call order, on 1-D contiguous CPU tensors of one
+// dtype, and is called the same way on every rank. Where the table's answer
+// decides something, the method takes its algorithm and runs it: a plan never
+// asks the table again.
 //
 // Plans: HostPlan (host_plan.h: one core collective over this host's shared
 // memory) and HierarchicalPlan (hierarchical_plan.h: shared memory inside each
-// host, another backend between hosts). CUDA tensors take the CUDA plan
+// host, another backend between hosts). CUDA tensors take the CUDA path
 // (cuda_path.h), which makes jobs of its own on a device stream; what pycomm
-// does not run goes to the fallback backend (both chosen by the routing
-// table, csrc/core/routing.h).
+// does not run goes to the fallback backend (the table's other runners).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -39,21 +41,24 @@ class Plan {
   // plan's thresholds; the front-end adds the call's own fields.
   virtual core::RouteQuery route_query() const = 0;
 
-  // In place: `t` ends as the reduction of every rank's `t`.
-  virtual void all_reduce(const core::Context& ctx, const at::Tensor& t, core::ReduceOp op) const = 0;
+  // In place: `t` ends as the reduction of every rank's `t`. `restore`: put
+  // `t` back if the collective fails part way, where a failure can leave it
+  // half written and the rest of the group usable (one host's shared memory).
+  virtual void all_reduce(const core::Context& ctx, const at::Tensor& t, core::ReduceOp op,
+                          core::Algorithm algorithm, bool restore) const = 0;
   // `root` is a rank of the group.
   virtual void broadcast(const core::Context& ctx, const at::Tensor& t, int root) const = 0;
   // The root's `t` ends as the reduction; the other ranks' `t` is not written.
-  virtual void reduce(const core::Context& ctx, const at::Tensor& t, core::ReduceOp op,
-                      int root) const = 0;
+  virtual void reduce(const core::Context& ctx, const at::Tensor& t, core::ReduceOp op, int root,
+                      core::Algorithm algorithm) const = 0;
   // `out` holds world x `in`, in rank order; `in` is not written.
-  virtual void all_gather(const core::Context& ctx, const at::Tensor& in,
-                          const at::Tensor& out) const = 0;
+  virtual void all_gather(const core::Context& ctx, const at::Tensor& in, const at::Tensor& out,
+                          core::Algorithm algorithm) const = 0;
   // `in` holds world x `out`; `out` ends as the reduction of every rank's
   // chunk of this rank; `in` may be written (it is the front-end's own copy
   // when premul_sum scaled it, else the caller's, which no plan writes).
   virtual void reduce_scatter(const core::Context& ctx, const at::Tensor& in, const at::Tensor& out,
-                              core::ReduceOp op) const = 0;
+                              core::ReduceOp op, core::Algorithm algorithm) const = 0;
   // send block r goes to rank r, which receives it into its recv block of this rank.
   virtual void all_to_all(const core::Context& ctx, const Blocks& send, const Blocks& recv) const = 0;
   virtual void barrier(const core::Context& ctx) const = 0;

@@ -22,12 +22,7 @@ const char* type_name() {
 }
 
 py::dict default_config_dict(int world, int cores) {
-  const CommConfig c = core::default_config(world, cores);
-  py::dict d;
-#define PYCOMM_PUT_VALUE(name, field, env, unit, factor, value, why) d[#name] = c.field;
-  PYCOMM_SETTINGS(PYCOMM_PUT_VALUE)
-#undef PYCOMM_PUT_VALUE
-  return d;
+  return config_dict(core::default_config(world, cores));
 }
 
 py::list settings_rows() {
@@ -42,6 +37,14 @@ py::list settings_rows() {
 #undef PYCOMM_PUT_ROW
   (void)c;
   return rows;
+}
+
+bool settings_row_named(const std::string& key) {
+#define PYCOMM_IS_NAME(name, field, env, unit, factor, value, why) \
+  if (key == #name) return true;
+  PYCOMM_SETTINGS(PYCOMM_IS_NAME)
+#undef PYCOMM_IS_NAME
+  return false;
 }
 
 // The i for which name_at(i) is `name`, among 0 ... n - 1.
@@ -102,8 +105,8 @@ py::tuple route_of(const std::string& collective, bool cuda, bool sparse, bool n
   q.contiguous = contiguous;
   q.hosts = hosts;
   q.local_size = local_size;
-  const Routed r = core::route(q);
-  return py::make_tuple(plan_name(r.plan), route_name(r.route));
+  const Route r = core::route(q);
+  return py::make_tuple(runner_name(r.runner), algorithm_name(r.algorithm));
 }
 
 // A tuple of the names name_at(0), ..., name_at(n - 1).
@@ -116,15 +119,39 @@ py::tuple names(size_t n, NameAt name_at) {
 
 }  // namespace
 
+py::dict config_dict(const core::CommConfig& c) {
+  py::dict d;
+#define PYCOMM_PUT_VALUE(name, field, env, unit, factor, value, why) d[#name] = c.field;
+  PYCOMM_SETTINGS(PYCOMM_PUT_VALUE)
+#undef PYCOMM_PUT_VALUE
+  return d;
+}
+
+core::CommConfig config_from(const py::dict& d) {
+  core::CommConfig c;
+  for (auto item : d) {
+    const std::string key = py::str(item.first);
+    if (!settings_row_named(key)) throw py::value_error("config: unknown setting '" + key + "'");
+  }
+#define PYCOMM_FROM_DICT(name, field, env, unit, factor, value, why)                 \
+  if (!d.contains(#name)) throw py::value_error("config: missing setting '" #name "'"); \
+  c.field = d[#name].cast<decltype(c.field)>();
+  PYCOMM_SETTINGS(PYCOMM_FROM_DICT)
+#undef PYCOMM_FROM_DICT
+  return c;
+}
+
 void bind_tables(py::module_& m) {
   m.attr("COLLECTIVES") =
       names(kCollectives, [](size_t i) { return collective_name(Collective(i)); });
-  m.attr("PLANS") = names(kPlans, [](size_t i) { return plan_name(Plan(i)); });
-  m.attr("ALGORITHMS") = names(kRoutes, [](size_t i) { return route_name(Route(i)); });
+  m.attr("PLANS") = names(kRunners, [](size_t i) { return runner_name(Runner(i)); });
+  // Every answer of route(): each algorithm but auto.
+  m.attr("ALGORITHMS") =
+      names(kAlgorithms - 1, [](size_t i) { return algorithm_name(Algorithm(i + 1)); });
   m.attr("REDUCE_OPS") =
       names(std::size(kReduceOps), [](size_t i) { return op_name(kReduceOps[i]); });
   m.attr("ALL_REDUCE_ALGORITHMS") = names(std::size(kAllReduceAlgorithms), [](size_t i) {
-    return algorithm_name(uint32_t(kAllReduceAlgorithms[i]));
+    return algorithm_name(kAllReduceAlgorithms[i]);
   });
   m.def("default_config", &default_config_dict, py::arg("world"), py::arg("cores"),
         "default_config(world, cores) -> dict: every setting's default for `world` ranks on "

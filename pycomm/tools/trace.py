@@ -24,7 +24,7 @@ from .. import _C
 
 
 class Job(NamedTuple):
-    what: str            # the collective: "allreduce" (c10d backend), "all_reduce" (pycomm's API), ...
+    what: str            # the collective, as c10d names it: "allreduce" (dist.* and pycomm's API), ...
     bytes: int           # of its output tensors
     queued: bool         # ran on the communicator's worker (False: inline, in the caller's thread)
     queued_at: float     # handed to the communicator

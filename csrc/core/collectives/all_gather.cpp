@@ -6,7 +6,6 @@
 #include <cstring>
 
 #include "../errors.h"
-#include "../routing.h"
 #include "collectives.h"
 #include "ring.h"
 
@@ -16,7 +15,8 @@ void all_gather(const Context& ctx, const AllGatherArgs& a) {
   ctx.session.begin("all_gather");
   const int world = ctx.session.world();
   const size_t esize = dtype_size(a.dtype);
-  const Algorithm algo = resolve_algorithm("all_gather", a.algorithm, a.count * esize, world, ctx.tuning);
+  check_host_algorithm("all_gather", a.algorithm);
+  const Algorithm algo = a.algorithm;
   const Fingerprint fp = fingerprint_of(CollectiveKind::kAllGather, a.count, a.dtype, algo);
   const char* in = static_cast<const char*>(a.input);
   char* out = static_cast<char*>(a.output);

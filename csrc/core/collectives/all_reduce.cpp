@@ -6,7 +6,6 @@
 
 #include "../errors.h"
 #include "../kernels/reduce_kernels.h"
-#include "../routing.h"
 #include "collectives.h"
 #include "ring.h"
 
@@ -39,8 +38,8 @@ void all_reduce(const Context& ctx, const AllReduceArgs& a) {
   ctx.session.begin("all_reduce");
   const int world = ctx.session.world();
   const int divisor = a.divisor > 0 ? a.divisor : world;
-  const Algorithm algo =
-      resolve_algorithm("all_reduce", a.algorithm, a.count * dtype_size(a.dtype), world, ctx.tuning);
+  check_host_algorithm("all_reduce", a.algorithm);
+  const Algorithm algo = a.algorithm;
   const Fingerprint fp =
       fingerprint_of(CollectiveKind::kAllReduce, a.count, a.dtype, algo, &a.op, divisor);
   ctx.backup.begin(a.data, a.count * dtype_size(a.dtype), a.restore);

@@ -6,6 +6,8 @@
 // Guarantees of every collective here:
 //  - a mismatch (another kind, count, dtype, op, root, divisor or algorithm on
 //    some rank) raises CollectiveMismatch on every rank before any byte moves;
+//  - the algorithm is the caller's (the routing table's answer, routing.h):
+//    none of them chooses one;
 //  - a dead or stalled peer raises CommTimeout within the session's deadline;
 //    an in-place collective with `restore` set puts its tensor back first;
 //  - whatever every rank ends with (all-reduce, all-gather, broadcast) is
@@ -13,9 +15,11 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 #include "../collective.h"
 #include "../dtypes.h"
+#include "../errors.h"
 #include "../transport/session.h"
 #include "../transport/shm_data_path.h"
 #include "input_backup.h"
@@ -25,8 +29,8 @@ namespace pycomm::core {
 // A communicator's values come from the settings table (settings.h, through
 // default_config); these initializers are what the native tests run with.
 struct CollectiveTuning {
-  // algorithm="auto": the one-shot direct algorithm up to this many bytes per
-  // rank, the ring above (all-reduce, reduce-scatter, all-gather).
+  // The routing table's: the one-shot direct algorithm up to this many bytes
+  // per rank, the ring above (all-reduce, reduce-scatter, all-gather).
   size_t direct_max_bytes = 64;
   // The default of pycomm.all_reduce's restore_on_failure (see input_backup.h).
   bool restore_on_failure = true;
@@ -43,12 +47,23 @@ struct Context {
   const CollectiveTuning& tuning;
 };
 
+// all_reduce, all_gather and reduce_scatter run kDirect or kRing; anything
+// else (kAuto included: the routing table resolves it) is InvalidArgument.
+inline void check_host_algorithm(const char* what, Algorithm a) {
+  if (a == Algorithm::kDirect || a == Algorithm::kRing) return;
+  if (a == Algorithm::kAuto) {
+    throw InvalidArgument(std::string(what) + ": algorithm auto reached the core; the routing table "
+                          "(routing.h) resolves it");
+  }
+  throw InvalidArgument(std::string("algorithm: ") + what + " runs auto, direct or ring on CPU tensors");
+}
+
 struct AllReduceArgs {
   void* data = nullptr;  // in place
   size_t count = 0;
   DType dtype = DType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
-  Algorithm algorithm = Algorithm::kAuto;
+  Algorithm algorithm = Algorithm::kAuto;  // direct or ring (the CUDA path: direct, two_shot or ring)
   // avg divides the sum by this; 0 means the world size. A hierarchical scheme
   // sums inside a host and divides by the global count once.
   int divisor = 0;
@@ -81,7 +96,7 @@ struct AllGatherArgs {
   void* output = nullptr;       // world * count elements, rank r's at r * count
   size_t count = 0;
   DType dtype = DType::kFloat32;
-  Algorithm algorithm = Algorithm::kAuto;
+  Algorithm algorithm = Algorithm::kAuto;  // direct or ring
 };
 void all_gather(const Context& ctx, const AllGatherArgs& args);
 
@@ -91,7 +106,7 @@ struct ReduceScatterArgs {
   size_t count = 0;
   DType dtype = DType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
-  Algorithm algorithm = Algorithm::kAuto;
+  Algorithm algorithm = Algorithm::kAuto;  // direct or ring
   int divisor = 0;
 };
 void reduce_scatter(const Context& ctx, const ReduceScatterArgs& args);

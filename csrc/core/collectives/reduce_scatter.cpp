@@ -9,7 +9,6 @@
 
 #include "../errors.h"
 #include "../kernels/reduce_kernels.h"
-#include "../routing.h"
 #include "collectives.h"
 #include "ring.h"
 
@@ -21,8 +20,8 @@ void reduce_scatter(const Context& ctx, const ReduceScatterArgs& a) {
   const int rank = ctx.session.rank();
   const int divisor = a.divisor > 0 ? a.divisor : world;
   const size_t esize = dtype_size(a.dtype);
-  const Algorithm algo =
-      resolve_algorithm("reduce_scatter", a.algorithm, a.count * size_t(world) * esize, world, ctx.tuning);
+  check_host_algorithm("reduce_scatter", a.algorithm);
+  const Algorithm algo = a.algorithm;
   const Fingerprint fp =
       fingerprint_of(CollectiveKind::kReduceScatter, a.count, a.dtype, algo, &a.op, divisor);
   const char* in = static_cast<const char*>(a.input);

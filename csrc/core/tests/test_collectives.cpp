@@ -158,7 +158,7 @@ void check_all_reduce(World& w, DType dtype, ReduceOp op, size_t count, Algorith
     const double want = as_double(from_double<T>(expected_value<T>(world, i, op)));
     if (as_double(data[0][i]) != want) {
       std::fprintf(stderr, "  dtype %s op %s count %zu world %d algo %s: [%zu] = %g, want %g\n",
-                   dtype_name(dtype), op_name(op), count, world, algorithm_name(uint32_t(algo)), i,
+                   dtype_name(dtype), op_name(op), count, world, algorithm_name(algo), i,
                    as_double(data[0][i]), want);
       ++bad;
     }
@@ -525,6 +525,29 @@ TEST(mismatched_counts_raise_on_every_rank_and_leave_inputs) {
   }
 }
 
+TEST(an_algorithm_the_core_does_not_run_is_refused_before_any_rank_waits) {
+  // The routing table resolves auto and keeps an explicit choice; the core
+  // runs direct or ring and refuses the rest on every rank alike, at once.
+  World w(2, small_buffers());
+  std::vector<std::vector<float>> data(2, std::vector<float>(100, 1.f));
+  for (Algorithm algo : {Algorithm::kTwoShot, Algorithm::kAuto, Algorithm::kLeader}) {
+    auto errors = w.run([&](int r) {
+      AllReduceArgs a;
+      a.data = data[r].data();
+      a.count = data[r].size();
+      a.algorithm = algo;
+      all_reduce(w.ctx(r), a);
+    });
+    for (int r = 0; r < 2; ++r) {
+      const bool is_auto = algo == Algorithm::kAuto;
+      CHECK(errors[r].find(is_auto ? "the routing table" : "algorithm: all_reduce runs auto, direct or ring") !=
+            std::string::npos);
+      for (float v : data[r]) CHECK(v == 1.f);
+    }
+  }
+  check_all_reduce<float>(w, DType::kFloat32, ReduceOp::kSum, 100, Algorithm::kDirect);
+}
+
 TEST(mismatch_names_the_rank_that_left_the_majority) {
   World w(3, small_buffers());
   std::vector<std::vector<float>> data = {std::vector<float>(1001, 1.f), std::vector<float>(1000, 2.f),
@@ -533,6 +556,7 @@ TEST(mismatch_names_the_rank_that_left_the_majority) {
     AllReduceArgs a;
     a.data = data[r].data();
     a.count = data[r].size();
+    a.algorithm = Algorithm::kRing;
     all_reduce(w.ctx(r), a);
   });
   for (const auto& e : errors) CHECK(e.find("count differs on rank 0") != std::string::npos);
@@ -547,6 +571,7 @@ TEST(mismatched_dtype_and_collective_kind) {
     a.data = r == 0 ? static_cast<void*>(f.data()) : static_cast<void*>(i.data());
     a.count = 10;
     a.dtype = r == 0 ? DType::kFloat32 : DType::kInt32;
+    a.algorithm = Algorithm::kDirect;
     all_reduce(w.ctx(r), a);
   });
   for (const auto& e : errors) CHECK(e.find("dtype differs on rank 1") != std::string::npos);
@@ -557,6 +582,7 @@ TEST(mismatched_dtype_and_collective_kind) {
       AllReduceArgs a;
       a.data = f.data();
       a.count = 10;
+      a.algorithm = Algorithm::kDirect;
       all_reduce(w.ctx(r), a);
     }
   });
@@ -574,6 +600,7 @@ TEST(absent_rank_times_out_names_it_and_aborts_for_everyone) {
     AllReduceArgs a;
     a.data = data[r].data();
     a.count = data[r].size();
+    a.algorithm = Algorithm::kRing;
     all_reduce(w.ctx(r), a);
   });
   const double elapsed = double(monotonic_ns() - t0) * 1e-9;

@@ -7,7 +7,7 @@
 //   threads_all_reduce_bench --ranks 2 --min-bytes 8 --max-bytes 256M --iters 50 --json out.json
 //   options: --warmup N, --blocks N (0: the launcher's default; at most SMs / ranks, so
 //            that all ranks' blocks are resident at once), --buffer-bytes 64M,
-//            --algorithms one_shot,two_shot,ring, --timeout-ms 10000, --one-launch
+//            --algorithms direct,two_shot,ring, --timeout-ms 10000, --one-launch
 //
 // --one-launch: a correctness mode for compute-sanitizer, not a timing. The
 // sanitizer runs one kernel at a time, so ranks launched apart (one kernel per
@@ -57,7 +57,7 @@
 
 namespace {
 
-using pycomm::cuda::CudaAlgorithm;
+using pycomm::core::Algorithm;
 using pycomm::cuda::CudaAllReduceArgs;
 using pycomm::cuda::DeviceStatus;
 using pycomm::cuda::SignalPad;
@@ -80,7 +80,7 @@ struct Options {
   int blocks = 0;
   size_t buffer_bytes = size_t(64) << 20;
   uint64_t timeout_ms = 10000;
-  std::vector<CudaAlgorithm> algorithms{CudaAlgorithm::kOneShot, CudaAlgorithm::kTwoShot, CudaAlgorithm::kRing};
+  std::vector<Algorithm> algorithms{Algorithm::kDirect, Algorithm::kTwoShot, Algorithm::kRing};
   std::string json;
   bool one_launch = false;
 };
@@ -89,7 +89,7 @@ struct Options {
   std::fprintf(stderr,
                "threads_all_reduce_bench: %s\nusage: threads_all_reduce_bench [--ranks N] [--min-bytes B] "
                "[--max-bytes B] [--iters N] [--warmup N] [--blocks N] [--buffer-bytes B] "
-               "[--algorithms one_shot,two_shot,ring] [--timeout-ms MS] [--json PATH] [--one-launch]   "
+               "[--algorithms direct,two_shot,ring] [--timeout-ms MS] [--json PATH] [--one-launch]   "
                "(B: 8, 4K, 256M, 1G)\n",
                why);
   std::exit(1);
@@ -133,10 +133,10 @@ Options parse(int argc, char** argv) {
       while (at <= v.size()) {
         const size_t comma = std::min(v.find(',', at), v.size());
         const std::string name = v.substr(at, comma - at);
-        if (name == "one_shot") o.algorithms.push_back(CudaAlgorithm::kOneShot);
-        else if (name == "two_shot") o.algorithms.push_back(CudaAlgorithm::kTwoShot);
-        else if (name == "ring") o.algorithms.push_back(CudaAlgorithm::kRing);
-        else usage("algorithms: one_shot, two_shot, ring");
+        if (name == "direct") o.algorithms.push_back(Algorithm::kDirect);
+        else if (name == "two_shot") o.algorithms.push_back(Algorithm::kTwoShot);
+        else if (name == "ring") o.algorithms.push_back(Algorithm::kRing);
+        else usage("algorithms: direct (one shot), two_shot, ring");
         at = comma + 1;
       }
     } else {
@@ -204,7 +204,7 @@ struct Rank {
 // What every rank's launch shares (float32 sum; each rank then sets its own
 // rank, input, output and status).
 CudaAllReduceArgs float_sum_args(const Options& o, const pycomm::cuda::PeerMemory& peers,
-                                 size_t count, CudaAlgorithm alg, int sm_count) {
+                                 size_t count, Algorithm alg, int sm_count) {
   CudaAllReduceArgs a{};
   a.world = o.ranks;
   a.peers = peers;
@@ -309,27 +309,27 @@ void write_json(const std::string& path, const Options& o, const char* gpu, doub
 // float32 sum, as the timed mode.
 using SumF32 = pycomm::cuda::Reduction<pycomm::cuda::SumOp, false>;
 
-const void* all_ranks_kernel_of(CudaAlgorithm alg) {
+const void* all_ranks_kernel_of(Algorithm alg) {
   using pycomm::cuda::all_ranks_kernel;
   switch (alg) {
-    case CudaAlgorithm::kOneShot:
-      return reinterpret_cast<const void*>(&all_ranks_kernel<CudaAlgorithm::kOneShot, float, SumF32>);
-    case CudaAlgorithm::kTwoShot:
-      return reinterpret_cast<const void*>(&all_ranks_kernel<CudaAlgorithm::kTwoShot, float, SumF32>);
-    case CudaAlgorithm::kRing:
-      return reinterpret_cast<const void*>(&all_ranks_kernel<CudaAlgorithm::kRing, float, SumF32>);
+    case Algorithm::kDirect:
+      return reinterpret_cast<const void*>(&all_ranks_kernel<Algorithm::kDirect, float, SumF32>);
+    case Algorithm::kTwoShot:
+      return reinterpret_cast<const void*>(&all_ranks_kernel<Algorithm::kTwoShot, float, SumF32>);
+    case Algorithm::kRing:
+      return reinterpret_cast<const void*>(&all_ranks_kernel<Algorithm::kRing, float, SumF32>);
+    default: return nullptr;
   }
-  return nullptr;
 }
 
 // Whether any rank's status records a timeout (each printed). The kernels have ended.
-bool report_timeouts(const std::vector<Rank>& ranks, CudaAlgorithm alg) {
+bool report_timeouts(const std::vector<Rank>& ranks, Algorithm alg) {
   bool any = false;
   for (size_t r = 0; r < ranks.size(); ++r) {
     const DeviceStatus& s = *ranks[r].status;
     if (s.code == 0) continue;
     std::fprintf(stderr, "rank %zu: %s timed out in block %d waiting for rank %d (flag %llu)\n", r,
-                 pycomm::cuda::cuda_algorithm_name(alg), s.block, s.peer, (unsigned long long)s.epoch);
+                 pycomm::core::algorithm_name(alg), s.block, s.peer, (unsigned long long)s.epoch);
     any = true;
   }
   return any;
@@ -355,7 +355,7 @@ int run_one_launch(const Options& o, std::vector<Rank>& ranks, const pycomm::cud
   for (size_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= 2) {
     const size_t count = std::max<size_t>(1, bytes / sizeof(float));
     const size_t real_bytes = count * sizeof(float);
-    for (CudaAlgorithm alg : o.algorithms) {
+    for (Algorithm alg : o.algorithms) {
       const CudaAllReduceArgs proto = float_sum_args(o, peers, count, alg, sm_count);
       const int blocks = pycomm::cuda::blocks_of(proto);
       pycomm::cuda::AllRanksArgs all{};
@@ -369,7 +369,7 @@ int run_one_launch(const Options& o, std::vector<Rank>& ranks, const pycomm::cud
         a.blocks = blocks;  // as the kernel sees it: gridDim.x / world
         if (const char* bad = pycomm::cuda::check_args(a)) {
           std::fprintf(stderr, "threads_all_reduce_bench --one-launch: rank %d, %s, %zu bytes: %s\n", r,
-                       pycomm::cuda::cuda_algorithm_name(alg), real_bytes, bad);
+                       pycomm::core::algorithm_name(alg), real_bytes, bad);
           return 1;
         }
         all.ranks[r] = a;
@@ -414,7 +414,7 @@ int run_one_launch(const Options& o, std::vector<Rank>& ranks, const pycomm::cud
       Row row{};
       row.bytes = real_bytes;
       row.count = count;
-      row.algorithm = pycomm::cuda::cuda_algorithm_name(alg);
+      row.algorithm = pycomm::core::algorithm_name(alg);
       row.blocks = blocks;
       row.wrong = wrong;
       rows.push_back(row);
@@ -492,7 +492,7 @@ int main(int argc, char** argv) {
     const size_t count = std::max<size_t>(1, bytes / sizeof(float));
     const size_t real_bytes = count * sizeof(float);
     const double floor_us = o.ranks * memcpy_median_us(ranks[0], real_bytes, o);
-    for (CudaAlgorithm alg : o.algorithms) {
+    for (Algorithm alg : o.algorithms) {
       const CudaAllReduceArgs proto = float_sum_args(o, peers, count, alg, sm_count);
       std::vector<unsigned long long> wrong(size_t(o.ranks), 0);
       on_every_rank(o.ranks, [&](int r) {
@@ -507,7 +507,7 @@ int main(int argc, char** argv) {
           const cudaError_t err = pycomm::cuda::launch_all_reduce(a, k.stream);
           if (err != cudaSuccess) {
             std::fprintf(stderr, "rank %d: launch_all_reduce(%s, %zu bytes): %s (%s)\n", r,
-                         pycomm::cuda::cuda_algorithm_name(alg), real_bytes, cudaGetErrorString(err),
+                         pycomm::core::algorithm_name(alg), real_bytes, cudaGetErrorString(err),
                          pycomm::cuda::check_args(a) ? pycomm::cuda::check_args(a) : "launch failed");
             std::exit(2);
           }
@@ -541,7 +541,7 @@ int main(int argc, char** argv) {
       Row row;
       row.bytes = real_bytes;
       row.count = count;
-      row.algorithm = pycomm::cuda::cuda_algorithm_name(alg);
+      row.algorithm = pycomm::core::algorithm_name(alg);
       row.blocks = pycomm::cuda::blocks_of(proto);  // what every rank launched
       row.time_us = median(slowest);
       row.algbw = real_bytes / row.time_us / 1e3;  // GB/s

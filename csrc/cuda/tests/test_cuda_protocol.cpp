@@ -32,7 +32,7 @@
 namespace {
 
 using namespace pycomm;
-using cuda::CudaAlgorithm;
+using core::Algorithm;
 using cuda::CudaAllReduceArgs;
 using cuda::DeviceStatus;
 using cuda::Lanes;
@@ -40,7 +40,7 @@ using cuda::SignalPad;
 using core::DType;
 using core::ReduceOp;
 
-constexpr CudaAlgorithm kAlgorithms[] = {CudaAlgorithm::kOneShot, CudaAlgorithm::kTwoShot, CudaAlgorithm::kRing};
+constexpr Algorithm kAlgorithms[] = {Algorithm::kDirect, Algorithm::kTwoShot, Algorithm::kRing};
 constexpr DType kDTypes[] = {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
                              DType::kInt8,    DType::kUInt8,   DType::kInt32,   DType::kInt64};
 constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kProduct};
@@ -67,13 +67,13 @@ struct HostRanks {
 };
 
 template <class T, class R>
-bool run_body(CudaAlgorithm algorithm, const CudaAllReduceArgs& a, const Lanes& l) {
+bool run_body(Algorithm algorithm, const CudaAllReduceArgs& a, const Lanes& l) {
   switch (algorithm) {
-    case CudaAlgorithm::kOneShot: return cuda::one_shot_all_reduce<T, R, cuda::HostBlockSync>(a, l);
-    case CudaAlgorithm::kTwoShot: return cuda::two_shot_all_reduce<T, R, cuda::HostBlockSync>(a, l);
-    case CudaAlgorithm::kRing: return cuda::ring_all_reduce<T, R, cuda::HostBlockSync>(a, l);
+    case Algorithm::kDirect: return cuda::one_shot_all_reduce<T, R, cuda::HostBlockSync>(a, l);
+    case Algorithm::kTwoShot: return cuda::two_shot_all_reduce<T, R, cuda::HostBlockSync>(a, l);
+    case Algorithm::kRing: return cuda::ring_all_reduce<T, R, cuda::HostBlockSync>(a, l);
+    default: return false;
   }
-  return false;
 }
 
 // Block `l.block` of a rank's launch, as the GPU would run it.
@@ -109,7 +109,7 @@ void store_value(DType t, void* p, size_t i, int v) {
 }
 
 struct Case {
-  CudaAlgorithm algorithm;
+  Algorithm algorithm;
   int world;
   int blocks;  // 0: the launcher's default (blocks_of), within sm_count's limit
   DType dtype;
@@ -135,7 +135,7 @@ struct Case {
 };
 
 struct Launch {
-  CudaAlgorithm algorithm;
+  Algorithm algorithm;
   int blocks;
   size_t count;
 };
@@ -155,7 +155,7 @@ std::vector<Launch> launches_of(const Case& c) {
 
 void report(const Case& c, const char* what) {
   std::fprintf(stderr, "  %s: %s world=%d blocks=%d %s %s count=%zu buffer=%zu%s shifts=%d,%d,%d%s\n", what,
-               cuda::cuda_algorithm_name(c.algorithm), c.world, c.blocks, core::dtype_name(c.dtype),
+               core::algorithm_name(c.algorithm), c.world, c.blocks, core::dtype_name(c.dtype),
                core::op_name(c.op), c.count, c.buffer_bytes, c.in_place ? " in-place" : "", c.in_shift,
                c.out_shift, c.rank_shift, c.mixed ? " mixed" : "");
 }
@@ -166,7 +166,7 @@ void report(const Case& c, const char* what) {
 void scribble_own_staging(const CudaAllReduceArgs& a, int block) {
   unsigned char* buffer = static_cast<unsigned char*>(a.peers.buffers[a.rank]);
   const int blocks = cuda::blocks_of(a);
-  if (a.algorithm == CudaAlgorithm::kRing) {
+  if (a.algorithm == Algorithm::kRing) {
     const size_t slot = cuda::ring_layout(a.peers.buffer_bytes, blocks, core::dtype_size(a.dtype),
                                           core::accum_size(a.dtype)).slot_bytes;
     for (int s = 0; s < cuda::kRingSlots; ++s) std::memset(buffer + (size_t(s) * size_t(blocks) + size_t(block)) * slot, 0xff, slot);
@@ -361,7 +361,7 @@ TEST(check_args_rejects) {
   a.count = 10;
   a.dtype = DType::kInt32;
   a.op = ReduceOp::kSum;
-  a.algorithm = CudaAlgorithm::kRing;
+  a.algorithm = Algorithm::kRing;
   a.timeout_ns = 1;
   a.status = &host.status[0];
   a.blocks = 4;
@@ -417,7 +417,7 @@ TEST(blocks_of_respects_sm_count) {
   a.op = ReduceOp::kSum;
   a.timeout_ns = 1;
   a.status = &host.status[0];
-  for (CudaAlgorithm alg : kAlgorithms) {
+  for (Algorithm alg : kAlgorithms) {
     a.algorithm = alg;
     a.blocks = 0;
     a.sm_count = 0;
@@ -445,7 +445,7 @@ TEST(blocks_of_respects_sm_count) {
 // Launches with the default block count under a tight SM limit: the blocks
 // the bodies run, the epochs the host counts and the flags written agree.
 TEST(all_reduce_default_blocks_within_sm_count) {
-  for (CudaAlgorithm alg : kAlgorithms) {
+  for (Algorithm alg : kAlgorithms) {
     // 300 KB of float asks for 5 blocks; 2 ranks on 6 SMs get 3 each.
     Case c{alg, 2, 0, DType::kFloat32, ReduceOp::kSum, 75000};
     c.sm_count = 6;
@@ -458,7 +458,7 @@ TEST(all_reduce_default_blocks_within_sm_count) {
 // Every algorithm x world 1..4 x block counts x the count grid (0, 1, 7, 1023,
 // larger than the staging buffer), in and out of place, aligned or not.
 TEST(all_reduce_counts_worlds_blocks) {
-  for (CudaAlgorithm alg : kAlgorithms) {
+  for (Algorithm alg : kAlgorithms) {
     for (int world = 1; world <= 4; ++world) {
       for (int blocks : {1, 3}) {
         for (size_t count : {0, 1, 7, 1023, 2053}) {
@@ -476,7 +476,7 @@ TEST(all_reduce_counts_worlds_blocks) {
 
 // Every dtype x op, on every algorithm.
 TEST(all_reduce_dtypes_ops) {
-  for (CudaAlgorithm alg : kAlgorithms) {
+  for (Algorithm alg : kAlgorithms) {
     for (DType t : kDTypes) {
       for (ReduceOp op : kOps) {
         if (op == ReduceOp::kAvg && !core::is_floating(t)) continue;
@@ -503,13 +503,13 @@ TEST(routing_table_states_what_the_kernels_take) {
 }
 
 TEST(all_reduce_world_8) {
-  for (CudaAlgorithm alg : kAlgorithms) run_case(Case{alg, 8, 2, DType::kFloat16, ReduceOp::kSum, 5003});
+  for (Algorithm alg : kAlgorithms) run_case(Case{alg, 8, 2, DType::kFloat16, ReduceOp::kSum, 5003});
 }
 
 // A communicator's mix of launches on the same pads and buffers.
 TEST(all_reduce_mixed_launches) {
   for (int world : {2, 3}) {
-    Case c{CudaAlgorithm::kOneShot, world, 3, DType::kBFloat16, ReduceOp::kSum, 1500};
+    Case c{Algorithm::kDirect, world, 3, DType::kBFloat16, ReduceOp::kSum, 1500};
     c.iterations = 30;
     c.mixed = true;
     run_case(c);
@@ -518,7 +518,7 @@ TEST(all_reduce_mixed_launches) {
 
 // Many launches back to back through small staging buffers: the pads' reuse.
 TEST(all_reduce_back_to_back) {
-  for (CudaAlgorithm alg : kAlgorithms) {
+  for (Algorithm alg : kAlgorithms) {
     Case c{alg, 4, 2, DType::kFloat32, ReduceOp::kSum, 301};
     c.buffer_bytes = 512;
     c.iterations = 40;
@@ -579,7 +579,7 @@ class StatusWatcher {
 // present ranks start the one it misses together, with a short one, so that
 // only the absent rank can be late. Checks that every running block returns,
 // that each rank's status names `absent`, and the time it took.
-void run_absent_rank(CudaAlgorithm alg, int absent_launches) {
+void run_absent_rank(Algorithm alg, int absent_launches) {
   const int world = 3, blocks = 2, absent = 2, launches = absent_launches + 2;
   constexpr uint64_t kTimeoutNs = 250'000'000;
   HostRanks host(world, 1024);
@@ -646,7 +646,7 @@ void run_absent_rank(CudaAlgorithm alg, int absent_launches) {
 }
 
 TEST(absent_rank_is_named_by_every_rank) {
-  for (CudaAlgorithm alg : kAlgorithms) {
+  for (Algorithm alg : kAlgorithms) {
     run_absent_rank(alg, 0);  // never arrives
     run_absent_rank(alg, 2);  // leaves after two launches
   }
@@ -657,7 +657,7 @@ TEST(absent_rank_is_named_by_every_rank) {
 // one complete record (the claim is device-scope, on the rank's own pad).
 TEST(simultaneous_timeouts_make_one_record) {
   constexpr int kBlocks = 16;
-  for (CudaAlgorithm alg : kAlgorithms) {
+  for (Algorithm alg : kAlgorithms) {
     HostRanks host(2, 4096);  // 256 bytes a block: every block has a piece, so each waits
     std::vector<float> data(1024, 1.0f);
     std::atomic<int> failures{0};
@@ -746,7 +746,7 @@ TEST(deadline_bounds_the_whole_collective) {
   a.count = data.size();
   a.dtype = DType::kFloat32;
   a.op = ReduceOp::kSum;
-  a.algorithm = CudaAlgorithm::kOneShot;
+  a.algorithm = Algorithm::kDirect;
   a.timeout_ns = 150'000'000;
   a.status = &host.status[0];
   a.blocks = 1;
@@ -859,7 +859,7 @@ TEST(all_reduce_misaligned_tensors) {
   // place, input aligned and output not; input and output shifted alike (one
   // rank: copy_alone peels a head), and not alike.
   const Shifts shifts[] = {{true, 3, 3, 0}, {true, 0, 0, 1}, {false, 0, 1, 0}, {false, 3, 3, 1}, {false, 2, 3, 1}};
-  for (CudaAlgorithm alg : kAlgorithms) {
+  for (Algorithm alg : kAlgorithms) {
     for (int world : {1, 2, 3}) {
       for (DType t : {DType::kInt8, DType::kBFloat16, DType::kFloat32, DType::kFloat64}) {
         for (const Shifts& sh : shifts) {
