@@ -36,7 +36,7 @@ def test_train_3d_example():
     # The model's table for this layout: 2 layers a stage make 8 tp all-reduces a microbatch,
     # 4 microbatches make 32 a step, and 1F1B's bubble over 2 stages is 1/5 of the pipeline.
     assert "8 counted (CommDebugMode), 8 in the model" in out, out
-    assert re.search(r"\n  tp +2 .* 32 x 8\.2 KB all-reduce", out), out
+    assert re.search(r"\n  tp +2 .* 32 x 8 KiB all-reduce", out), out
     assert "(p-1)/(m+p-1) = 1/5 = 20.0%" in out, out
     measured, predicted = map(float, re.search(
         r"step ([0-9.]+) ms measured, ([0-9.]+) ms predicted", last).groups())
