@@ -37,7 +37,7 @@ class Work : public c10d::Work {
   std::shared_ptr<WorkItem> item_;
 };
 
-void note(Backend::Where& w, const at::Tensor& t) {
+void note(FrontEnd::Where& w, const at::Tensor& t) {
   if (!t.defined()) return;
   w.cuda |= t.is_cuda();
   if (t.layout() != at::kStrided) {
@@ -50,15 +50,15 @@ void note(Backend::Where& w, const at::Tensor& t) {
     w.typed = true;
   }
 }
-void note(Backend::Where& w, const std::vector<at::Tensor>& ts) {
+void note(FrontEnd::Where& w, const std::vector<at::Tensor>& ts) {
   for (const auto& t : ts) note(w, t);
 }
-void note(Backend::Where& w, const std::vector<std::vector<at::Tensor>>& lists) {
+void note(FrontEnd::Where& w, const std::vector<std::vector<at::Tensor>>& lists) {
   for (const auto& l : lists) note(w, l);
 }
 template <typename... Args>
-Backend::Where where_of(const Args&... args) {
-  Backend::Where w;
+FrontEnd::Where where_of(const Args&... args) {
+  FrontEnd::Where w;
   (note(w, args), ...);
   return w;
 }
@@ -141,16 +141,16 @@ const char* op_name(c10d::OpType type) {
 
 }  // namespace
 
-Backend::Backend(int rank, int size, std::shared_ptr<Communicator> comm,
+FrontEnd::FrontEnd(int rank, int size, std::shared_ptr<Communicator> comm,
                  std::shared_ptr<const Plan> plan, c10::intrusive_ptr<c10d::Backend> fallback)
     : c10d::Backend(rank, size),
       comm_(std::move(comm)),
       plan_(std::move(plan)),
       fallback_(std::move(fallback)) {}
 
-Backend::~Backend() = default;
+FrontEnd::~FrontEnd() = default;
 
-Backend::Reduction Backend::reduction_of(const c10d::ReduceOp& op) {
+FrontEnd::Reduction FrontEnd::reduction_of(const c10d::ReduceOp& op) {
   Reduction r;
   r.native = to_core_op(op, &r.op, &r.premul);
   if (r.premul) {
@@ -161,7 +161,7 @@ Backend::Reduction Backend::reduction_of(const c10d::ReduceOp& op) {
   return r;
 }
 
-core::RouteQuery Backend::query(core::Collective c, const Where& w, const Reduction& red,
+core::RouteQuery FrontEnd::query(core::Collective c, const Where& w, const Reduction& red,
                                 core::Algorithm requested) const {
   core::RouteQuery q = plan_->route_query();
   q.collective = c;
@@ -175,11 +175,11 @@ core::RouteQuery Backend::query(core::Collective c, const Where& w, const Reduct
   return q;
 }
 
-core::Runner Backend::runner_of(core::Collective c, const Where& w) const {
+core::Runner FrontEnd::runner_of(core::Collective c, const Where& w) const {
   return core::route(query(c, w, Reduction())).runner;
 }
 
-core::Route Backend::route_of(core::RouteQuery q, const at::Tensor& sized, int64_t times) {
+core::Route FrontEnd::route_of(core::RouteQuery q, const at::Tensor& sized, int64_t times) {
   if (sized.defined()) {
     // In the plan's elements: a complex element is two reals.
     q.count = size_t(sized.numel() * times) * (sized.is_complex() ? 2 : 1);
@@ -188,7 +188,7 @@ core::Route Backend::route_of(core::RouteQuery q, const at::Tensor& sized, int64
   return core::route(q);
 }
 
-std::vector<core::Algorithm> Backend::algorithms_of(const core::RouteQuery& q, const core::Route& first,
+std::vector<core::Algorithm> FrontEnd::algorithms_of(const core::RouteQuery& q, const core::Route& first,
                                                      const std::vector<at::Tensor>& sized) {
   std::vector<core::Algorithm> out;
   out.reserve(sized.size());
@@ -198,17 +198,17 @@ std::vector<core::Algorithm> Backend::algorithms_of(const core::RouteQuery& q, c
   return out;
 }
 
-void Backend::shutdown() {
+void FrontEnd::shutdown() {
   // What was queued still runs: the peers run their side of it too.
   comm_->flush();
   comm_->close();
 }
 
-c10d::ErrorType Backend::getError() {
+c10d::ErrorType FrontEnd::getError() {
   return comm_->broken() ? c10d::ErrorType::COMM_ERROR : c10d::ErrorType::SUCCESS;
 }
 
-void Backend::setTimeout(std::chrono::milliseconds timeout) {
+void FrontEnd::setTimeout(std::chrono::milliseconds timeout) {
   // Every rank's waits share one deadline, fixed when the communicator set up
   // (pycomm.init(timeout=...), PYCOMM_TIMEOUT, or the group's timeout): one
   // rank cannot move it alone.
@@ -216,10 +216,10 @@ void Backend::setTimeout(std::chrono::milliseconds timeout) {
              comm_->config().wait.timeout_s, " s timeout it was created with");
 }
 
-void Backend::abort() { comm_->abort("rank " + std::to_string(getRank()) + " aborted the process group"); }
+void FrontEnd::abort() { comm_->abort("rank " + std::to_string(getRank()) + " aborted the process group"); }
 
 template <class Body>
-c10::intrusive_ptr<c10d::Work> Backend::launch(c10d::OpType type, const std::vector<at::Tensor>& outputs,
+c10::intrusive_ptr<c10d::Work> FrontEnd::launch(c10d::OpType type, const std::vector<at::Tensor>& outputs,
                                                Body body, bool async_op, bool blocking) {
   // A caller that waits at once (async_op=False) runs the job in its own
   // thread when the communicator is idle: no hand-off to the worker, and
@@ -240,7 +240,7 @@ c10::intrusive_ptr<c10d::Work> Backend::launch(c10d::OpType type, const std::vec
   return launch(type, std::move(job), /*async_op=*/true, blocking);
 }
 
-c10::intrusive_ptr<c10d::Work> Backend::launch(c10d::OpType type, Job job, bool async_op, bool blocking) {
+c10::intrusive_ptr<c10d::Work> FrontEnd::launch(c10d::OpType type, Job job, bool async_op, bool blocking) {
   job.what = op_name(type);
   if (!async_op && comm_->run_if_idle(job.body, job.what, bytes_of(job.outputs))) {
     if (blocking) return {};
@@ -256,19 +256,19 @@ c10::intrusive_ptr<c10d::Work> Backend::launch(c10d::OpType type, Job job, bool 
   return c10::make_intrusive<Work>(getRank(), type, std::move(item));
 }
 
-c10d::Backend& Backend::fallback() {
+c10d::Backend& FrontEnd::fallback() {
   comm_->flush();
   return *fallback_;
 }
 
 // ---------------------------------------------------------------- all_reduce, broadcast, reduce
 
-c10::intrusive_ptr<c10d::Work> Backend::allreduce(std::vector<at::Tensor>& tensors,
+c10::intrusive_ptr<c10d::Work> FrontEnd::allreduce(std::vector<at::Tensor>& tensors,
                                                   const c10d::AllreduceOptions& opts) {
   return all_reduce(tensors, opts, AllReduceCall());
 }
 
-c10::intrusive_ptr<c10d::Work> Backend::allreduce_coalesced(
+c10::intrusive_ptr<c10d::Work> FrontEnd::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
   AllReduceCall call;
   call.coalesced = true;
@@ -317,7 +317,7 @@ struct AllReduceBody {
 
 }  // namespace
 
-c10::intrusive_ptr<c10d::Work> Backend::all_reduce(std::vector<at::Tensor>& tensors,
+c10::intrusive_ptr<c10d::Work> FrontEnd::all_reduce(std::vector<at::Tensor>& tensors,
                                                    const c10d::AllreduceOptions& opts,
                                                    const AllReduceCall& call) {
   ++sequence_;
@@ -354,7 +354,7 @@ c10::intrusive_ptr<c10d::Work> Backend::all_reduce(std::vector<at::Tensor>& tens
   return launch(c10d::OpType::ALLREDUCE, tensors, std::move(body), opts.asyncOp, call.blocking);
 }
 
-c10::intrusive_ptr<c10d::Work> Backend::cuda_all_reduce(std::vector<at::Tensor>& tensors,
+c10::intrusive_ptr<c10d::Work> FrontEnd::cuda_all_reduce(std::vector<at::Tensor>& tensors,
                                                         const Reduction& red,
                                                         std::vector<core::Algorithm> algorithms,
                                                         bool async_op, bool blocking) {
@@ -390,7 +390,7 @@ c10::intrusive_ptr<c10d::Work> Backend::cuda_all_reduce(std::vector<at::Tensor>&
   return launch(c10d::OpType::ALLREDUCE, std::move(job), async_op, blocking);
 }
 
-c10::intrusive_ptr<c10d::Work> Backend::broadcast(std::vector<at::Tensor>& tensors,
+c10::intrusive_ptr<c10d::Work> FrontEnd::broadcast(std::vector<at::Tensor>& tensors,
                                                   const c10d::BroadcastOptions& opts) {
   ++sequence_;
   if (runner_of(core::Collective::kBroadcast, where_of(tensors)) == core::Runner::kFallback) {
@@ -412,7 +412,7 @@ c10::intrusive_ptr<c10d::Work> Backend::broadcast(std::vector<at::Tensor>& tenso
   return launch(c10d::OpType::BROADCAST, std::move(job), opts.asyncOp);
 }
 
-c10::intrusive_ptr<c10d::Work> Backend::reduce(std::vector<at::Tensor>& tensors,
+c10::intrusive_ptr<c10d::Work> FrontEnd::reduce(std::vector<at::Tensor>& tensors,
                                                const c10d::ReduceOptions& opts) {
   ++sequence_;
   const Reduction red = reduction_of(opts.reduceOp);
@@ -444,7 +444,7 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce(std::vector<at::Tensor>& tensors,
 
 // ---------------------------------------------------------------- all_gather
 
-c10::intrusive_ptr<c10d::Work> Backend::_allgather_base(at::Tensor& output, at::Tensor& input,
+c10::intrusive_ptr<c10d::Work> FrontEnd::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                         const c10d::AllgatherOptions& opts) {
   ++sequence_;
   const core::Route route =
@@ -454,7 +454,7 @@ c10::intrusive_ptr<c10d::Work> Backend::_allgather_base(at::Tensor& output, at::
   return all_gather_tensors(outs, ins, {route.algorithm}, opts.asyncOp);
 }
 
-c10::intrusive_ptr<c10d::Work> Backend::allgather_into_tensor_coalesced(
+c10::intrusive_ptr<c10d::Work> FrontEnd::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
   ++sequence_;
@@ -466,7 +466,7 @@ c10::intrusive_ptr<c10d::Work> Backend::allgather_into_tensor_coalesced(
   return all_gather_tensors(outputs, inputs, algorithms_of(q, route, inputs), opts.asyncOp);
 }
 
-c10::intrusive_ptr<c10d::Work> Backend::all_gather_tensors(std::vector<at::Tensor>& outputs,
+c10::intrusive_ptr<c10d::Work> FrontEnd::all_gather_tensors(std::vector<at::Tensor>& outputs,
                                                            std::vector<at::Tensor>& inputs,
                                                            std::vector<core::Algorithm> algorithms,
                                                            bool async_op) {
@@ -484,7 +484,7 @@ c10::intrusive_ptr<c10d::Work> Backend::all_gather_tensors(std::vector<at::Tenso
   return launch(c10d::OpType::_ALLGATHER_BASE, std::move(job), async_op);
 }
 
-c10::intrusive_ptr<c10d::Work> Backend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
+c10::intrusive_ptr<c10d::Work> FrontEnd::allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                                   std::vector<at::Tensor>& inputs,
                                                   const c10d::AllgatherOptions& opts) {
   ++sequence_;
@@ -497,7 +497,7 @@ c10::intrusive_ptr<c10d::Work> Backend::allgather(std::vector<std::vector<at::Te
   return all_gather_lists(outputs, inputs, {route.algorithm}, c10d::OpType::ALLGATHER, opts.asyncOp);
 }
 
-c10::intrusive_ptr<c10d::Work> Backend::allgather_coalesced(
+c10::intrusive_ptr<c10d::Work> FrontEnd::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
   ++sequence_;
@@ -518,7 +518,7 @@ c10::intrusive_ptr<c10d::Work> Backend::allgather_coalesced(
                           opts.asyncOp);
 }
 
-c10::intrusive_ptr<c10d::Work> Backend::all_gather_lists(
+c10::intrusive_ptr<c10d::Work> FrontEnd::all_gather_lists(
     const std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     std::vector<core::Algorithm> algorithms, c10d::OpType type, bool async_op) {
   check_all_gather_lists(outputs, inputs, getSize());
@@ -550,7 +550,7 @@ c10::intrusive_ptr<c10d::Work> Backend::all_gather_lists(
 
 // ---------------------------------------------------------------- reduce_scatter
 
-c10::intrusive_ptr<c10d::Work> Backend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+c10::intrusive_ptr<c10d::Work> FrontEnd::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                              const c10d::ReduceScatterOptions& opts) {
   ++sequence_;
   const Reduction red = reduction_of(opts.reduceOp);
@@ -561,7 +561,7 @@ c10::intrusive_ptr<c10d::Work> Backend::_reduce_scatter_base(at::Tensor& output,
   return reduce_scatter_tensors(outs, ins, red, {route.algorithm}, opts.asyncOp);
 }
 
-c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter_tensor_coalesced(
+c10::intrusive_ptr<c10d::Work> FrontEnd::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::ReduceScatterOptions& opts) {
   ++sequence_;
@@ -574,7 +574,7 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter_tensor_coalesced(
   return reduce_scatter_tensors(outputs, inputs, red, algorithms_of(q, route, inputs), opts.asyncOp);
 }
 
-c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter_tensors(std::vector<at::Tensor>& outputs,
+c10::intrusive_ptr<c10d::Work> FrontEnd::reduce_scatter_tensors(std::vector<at::Tensor>& outputs,
                                                                std::vector<at::Tensor>& inputs,
                                                                const Reduction& red,
                                                                std::vector<core::Algorithm> algorithms,
@@ -596,7 +596,7 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter_tensors(std::vector<at::T
   return launch(c10d::OpType::_REDUCE_SCATTER_BASE, std::move(job), async_op);
 }
 
-c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter(std::vector<at::Tensor>& outputs,
+c10::intrusive_ptr<c10d::Work> FrontEnd::reduce_scatter(std::vector<at::Tensor>& outputs,
                                                        std::vector<std::vector<at::Tensor>>& inputs,
                                                        const c10d::ReduceScatterOptions& opts) {
   ++sequence_;
@@ -623,7 +623,7 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter(std::vector<at::Tensor>& 
 
 // ---------------------------------------------------------------- all_to_all, barrier
 
-c10::intrusive_ptr<c10d::Work> Backend::alltoall_base(at::Tensor& output, at::Tensor& input,
+c10::intrusive_ptr<c10d::Work> FrontEnd::alltoall_base(at::Tensor& output, at::Tensor& input,
                                                       std::vector<int64_t>& output_split_sizes,
                                                       std::vector<int64_t>& input_split_sizes,
                                                       const c10d::AllToAllOptions& opts) {
@@ -640,7 +640,7 @@ c10::intrusive_ptr<c10d::Work> Backend::alltoall_base(at::Tensor& output, at::Te
                     std::move(ins), std::move(outs), opts.asyncOp);
 }
 
-c10::intrusive_ptr<c10d::Work> Backend::alltoall(std::vector<at::Tensor>& outputs,
+c10::intrusive_ptr<c10d::Work> FrontEnd::alltoall(std::vector<at::Tensor>& outputs,
                                                  std::vector<at::Tensor>& inputs,
                                                  const c10d::AllToAllOptions& opts) {
   ++sequence_;
@@ -654,7 +654,7 @@ c10::intrusive_ptr<c10d::Work> Backend::alltoall(std::vector<at::Tensor>& output
                     std::move(ins), std::move(outs), opts.asyncOp);
 }
 
-c10::intrusive_ptr<c10d::Work> Backend::all_to_all(c10d::OpType type, std::vector<at::Tensor> outputs,
+c10::intrusive_ptr<c10d::Work> FrontEnd::all_to_all(c10d::OpType type, std::vector<at::Tensor> outputs,
                                                    Blocks send, Blocks recv,
                                                    std::vector<StagedTensor> ins,
                                                    std::vector<StagedTensor> outs, bool async_op) {
@@ -669,7 +669,7 @@ c10::intrusive_ptr<c10d::Work> Backend::all_to_all(c10d::OpType type, std::vecto
   return launch(type, std::move(job), async_op);
 }
 
-c10::intrusive_ptr<c10d::Work> Backend::barrier(const c10d::BarrierOptions& opts) {
+c10::intrusive_ptr<c10d::Work> FrontEnd::barrier(const c10d::BarrierOptions& opts) {
   ++sequence_;
   Job job;
   job.body = [plan = plan_](const core::Context& ctx) { plan->barrier(ctx); };
@@ -678,7 +678,7 @@ c10::intrusive_ptr<c10d::Work> Backend::barrier(const c10d::BarrierOptions& opts
 
 // ---------------------------------------------------------------- gather, scatter (one host)
 
-c10::intrusive_ptr<c10d::Work> Backend::gather(std::vector<std::vector<at::Tensor>>& outputs,
+c10::intrusive_ptr<c10d::Work> FrontEnd::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                                std::vector<at::Tensor>& inputs,
                                                const c10d::GatherOptions& opts) {
   ++sequence_;
@@ -723,7 +723,7 @@ c10::intrusive_ptr<c10d::Work> Backend::gather(std::vector<std::vector<at::Tenso
   return launch(c10d::OpType::GATHER, std::move(job), opts.asyncOp);
 }
 
-c10::intrusive_ptr<c10d::Work> Backend::scatter(std::vector<at::Tensor>& outputs,
+c10::intrusive_ptr<c10d::Work> FrontEnd::scatter(std::vector<at::Tensor>& outputs,
                                                 std::vector<std::vector<at::Tensor>>& inputs,
                                                 const c10d::ScatterOptions& opts) {
   ++sequence_;
@@ -885,7 +885,7 @@ class P2PWork : public c10d::Work {
 
 }  // namespace
 
-c10::intrusive_ptr<c10d::Work> Backend::point_to_point(core::P2POp::Kind kind,
+c10::intrusive_ptr<c10d::Work> FrontEnd::point_to_point(core::P2POp::Kind kind,
                                                        std::vector<at::Tensor>& tensors, int peer,
                                                        int tag) {
   const bool sends = kind == core::P2POp::Kind::kSend;
@@ -926,21 +926,21 @@ c10::intrusive_ptr<c10d::Work> Backend::point_to_point(core::P2POp::Kind kind,
                                       std::move(op), std::move(completion));
 }
 
-c10::intrusive_ptr<c10d::Work> Backend::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
+c10::intrusive_ptr<c10d::Work> FrontEnd::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
   if (runner_of(core::Collective::kSend, where_of(tensors)) == core::Runner::kFallback) {
     return fallback().send(tensors, dst, tag);
   }
   return point_to_point(core::P2POp::Kind::kSend, tensors, dst, tag);
 }
 
-c10::intrusive_ptr<c10d::Work> Backend::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
+c10::intrusive_ptr<c10d::Work> FrontEnd::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
   if (runner_of(core::Collective::kRecv, where_of(tensors)) == core::Runner::kFallback) {
     return fallback().recv(tensors, src, tag);
   }
   return point_to_point(core::P2POp::Kind::kRecv, tensors, src, tag);
 }
 
-c10::intrusive_ptr<c10d::Work> Backend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+c10::intrusive_ptr<c10d::Work> FrontEnd::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
   if (runner_of(core::Collective::kRecv, where_of(tensors)) == core::Runner::kFallback) {
     return fallback().recvAnysource(tensors, tag);
   }
@@ -949,7 +949,7 @@ c10::intrusive_ptr<c10d::Work> Backend::recvAnysource(std::vector<at::Tensor>& t
 
 // ---------------------------------------------------------------- the fallback's
 
-void Backend::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
+void FrontEnd::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
   ++sequence_;
   fallback().monitoredBarrier(opts, wait_all_ranks);
 }

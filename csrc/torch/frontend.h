@@ -34,14 +34,16 @@
 
 namespace pycomm {
 
-class Backend : public c10d::Backend {
+// The c10d backend torch holds for a pycomm group, and the one entry of every
+// call: dist.* through c10d, pycomm.all_reduce through its binding (module.cpp).
+class FrontEnd : public c10d::Backend {
  public:
   // rank, size: in the group. `comm` covers the ranks of this host (all of
   // them, for a group on one host); `plan` runs on it. `fallback` may be null
   // (pycomm's own API on one host): what would go to it is then refused.
-  Backend(int rank, int size, std::shared_ptr<Communicator> comm, std::shared_ptr<const Plan> plan,
+  FrontEnd(int rank, int size, std::shared_ptr<Communicator> comm, std::shared_ptr<const Plan> plan,
           c10::intrusive_ptr<c10d::Backend> fallback);
-  ~Backend() override;
+  ~FrontEnd() override;
 
   const std::string getBackendName() const override { return "pycomm"; }
 

@@ -70,8 +70,8 @@ c10d::ReduceOp c10d_op_of(core::ReduceOp op) {
 
 // The front-end behind a backend that make_backend or
 // make_hierarchical_backend made.
-Backend& frontend_of(const c10::intrusive_ptr<c10d::Backend>& backend) {
-  auto* b = dynamic_cast<Backend*>(backend.get());
+FrontEnd& frontend_of(const c10::intrusive_ptr<c10d::Backend>& backend) {
+  auto* b = dynamic_cast<FrontEnd*>(backend.get());
   TORCH_CHECK_TYPE(b != nullptr, "backend: expected pycomm's backend (make_backend), got ",
                    backend ? backend->getBackendName() : std::string("None"));
   return *b;
@@ -87,9 +87,9 @@ Backend& frontend_of(const c10::intrusive_ptr<c10d::Backend>& backend) {
 py::object all_reduce(const c10::intrusive_ptr<c10d::Backend>& backend, const at::Tensor& tensor,
                       const std::string& op, bool async_op, const std::string& algorithm,
                       std::optional<bool> restore_on_failure, bool python_future) {
-  Backend& frontend = frontend_of(backend);
+  FrontEnd& frontend = frontend_of(backend);
   core::ReduceOp o;
-  Backend::AllReduceCall call;
+  FrontEnd::AllReduceCall call;
   parse_names(op, algorithm, &o, &call.algorithm);
   c10d::AllreduceOptions opts;
   opts.reduceOp = c10d_op_of(o);
@@ -190,7 +190,7 @@ PYBIND11_MODULE(_C, m) {
         [](std::shared_ptr<Communicator> comm, std::optional<c10::intrusive_ptr<c10d::Backend>> fallback) {
           const int rank = comm->rank(), world = comm->world();
           auto plan = std::make_unique<HostPlan>(world, comm->config());
-          return c10::intrusive_ptr<c10d::Backend>(c10::make_intrusive<Backend>(
+          return c10::intrusive_ptr<c10d::Backend>(c10::make_intrusive<FrontEnd>(
               rank, world, std::move(comm), std::move(plan),
               fallback ? std::move(*fallback) : c10::intrusive_ptr<c10d::Backend>()));
         },
@@ -207,7 +207,7 @@ PYBIND11_MODULE(_C, m) {
           const int world = layout.world();
           auto plan = std::make_unique<HierarchicalPlan>(std::move(layout), std::move(inter), fallback,
                                                          comm->config());
-          return c10::intrusive_ptr<c10d::Backend>(c10::make_intrusive<Backend>(
+          return c10::intrusive_ptr<c10d::Backend>(c10::make_intrusive<FrontEnd>(
               rank, world, std::move(comm), std::move(plan), std::move(fallback)));
         },
         py::arg("communicator"), py::arg("inter"), py::arg("fallback"), py::arg("rank"),
@@ -221,7 +221,7 @@ PYBIND11_MODULE(_C, m) {
         "pycomm.all_reduce through `backend`'s front-end (make_backend, make_hierarchical_backend).");
   m.def("barrier",
         [](const c10::intrusive_ptr<c10d::Backend>& backend) {
-          Backend& frontend = frontend_of(backend);
+          FrontEnd& frontend = frontend_of(backend);
           py::gil_scoped_release no_gil;
           c10d::BarrierOptions opts;
           opts.asyncOp = false;  // runs in this thread when the communicator is idle

@@ -6,7 +6,7 @@
 //   c10d::PreMulSumSupplement in 2.13 (2.13 and 2.14 keep the old name as an
 //   alias "for BC only", so it may go): pycomm::PreMulSumSupplement below.
 // - Backend::getError() and Backend::setTimeout() throw by default up to 2.13
-//   (2.14 returns SUCCESS, and warns and ignores): pycomm's Backend overrides
+//   (2.14 returns SUCCESS, and warns and ignores): pycomm's FrontEnd overrides
 //   both, so every release behaves as the newest (frontend.h).
 // - Methods that exist only in newer releases (Options::clone, the window,
 //   reconfigure and abort-hook methods, the `*_single` collective names of
