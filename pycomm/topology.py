@@ -17,6 +17,7 @@ from typing import List, Sequence, Tuple
 
 from . import routing
 from .rendezvous import gather_hosts
+from .tools.units import human_bytes
 
 # The sizes at which plan() shows the all-reduce's route.
 _PLAN_SIZES = (4 << 10, 64 << 10, 1 << 20, 64 << 20)
@@ -77,7 +78,7 @@ class HostLayout:
     def plan(self, leader_max_bytes: int | None = None) -> List[str]:
         """What the backend runs on this layout, collective by collective, read from
         the routing table: the all-reduce at a few sizes, then what each route does."""
-        sizes = ", ".join(f"{_size(n)} {self.route('all_reduce', n, 4, leader_max_bytes).algorithm}"
+        sizes = ", ".join(f"{human_bytes(n)} {self.route('all_reduce', n, 4, leader_max_bytes).algorithm}"
                           for n in _PLAN_SIZES)
         lines = [f"all_reduce: {sizes}"]
         used = {self.route("all_reduce", n, 4, leader_max_bytes) for n in _PLAN_SIZES}
@@ -88,10 +89,6 @@ class HostLayout:
         lines += [f"  {r.algorithm}: {routing.DESCRIPTIONS[r.algorithm]}"
                   for r in sorted(used)]
         return lines
-
-
-def _size(n: int) -> str:
-    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
 
 
 def expected_layout(world: int, per_host: int) -> HostLayout:
