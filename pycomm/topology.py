@@ -17,7 +17,7 @@ from typing import List, Sequence, Tuple
 
 from . import routing
 from .rendezvous import gather_hosts
-from .tools.units import human_bytes
+from .units import human_bytes
 
 # The sizes at which plan() shows the all-reduce's route.
 _PLAN_SIZES = (4 << 10, 64 << 10, 1 << 20, 64 << 20)

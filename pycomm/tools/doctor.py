@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Union
 from ..host_cpus import usable_cores
-from .units import human_bytes
+from ..units import human_bytes
 
 __all__ = ["Finding", "check_script", "check_source", "environment", "findings_as_dicts",
            "format_environment",

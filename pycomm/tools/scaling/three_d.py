@@ -66,7 +66,7 @@ from typing import Iterable, Optional, Tuple
 from .calibrate import fit_alpha_beta
 from .links import Interconnect
 from .model import Cluster, ring_allreduce_time
-from ..units import human_bytes
+from ...units import human_bytes
 
 SCHEDULES = ("1f1b", "gpipe")
 

@@ -1,4 +1,4 @@
-"""Byte sizes as people read them: the one formatter of pycomm's tools and benches."""
+"""Byte sizes as people read them: the one formatter of pycomm's runtime and tools."""
 from __future__ import annotations
 
 _UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
