@@ -76,14 +76,7 @@ class Communicator:
     def all_reduce(self, tensor, op="sum", async_op=False, algorithm="auto",
                    restore_on_failure=None):
         """In-place all-reduce; see pycomm.all_reduce."""
-        # The common case (a tensor, string op and algorithm) costs three class
-        # checks here; the native layer validates the strings themselves.
-        if tensor.__class__ is not torch.Tensor:
-            _check_tensor_type(tensor)
-        if op.__class__ is not str:
-            op = _op_name(op)
-        if algorithm.__class__ is not str:
-            algorithm = checked_algorithm(algorithm)
+        op, algorithm = _names(tensor, op, algorithm)
         return _C.all_reduce(self._backend, tensor, op, async_op, algorithm, restore_on_failure)
 
     def all_reduce_future(self, tensor, op="sum", algorithm="auto",
@@ -91,12 +84,7 @@ class Communicator:
         """Starts an in-place all-reduce and returns a torch.futures.Future whose
         value is `tensor` itself, as a DDP communication hook returns it (the
         work object's get_future() holds [tensor], as torch's own does)."""
-        if tensor.__class__ is not torch.Tensor:
-            _check_tensor_type(tensor)
-        if op.__class__ is not str:
-            op = _op_name(op)
-        if algorithm.__class__ is not str:
-            algorithm = checked_algorithm(algorithm)
+        op, algorithm = _names(tensor, op, algorithm)
         return _C.all_reduce(self._backend, tensor, op, True, algorithm, restore_on_failure,
                              python_future=True)
 
@@ -114,6 +102,19 @@ class Communicator:
     def __repr__(self):
         return (f"pycomm.Communicator(rank={self.rank}, world_size={self.world_size}, "
                 f"timeout_s={self.timeout_s})")
+
+
+def _names(tensor, op, algorithm):
+    """The op and algorithm as the names the native layer takes. The common case
+    (a tensor, string op and algorithm) costs three class checks here; the
+    native layer validates the strings themselves."""
+    if tensor.__class__ is not torch.Tensor:
+        _check_tensor_type(tensor)
+    if op.__class__ is not str:
+        op = _op_name(op)
+    if algorithm.__class__ is not str:
+        algorithm = checked_algorithm(algorithm)
+    return op, algorithm
 
 
 def _check_tensor_type(tensor):
