@@ -32,8 +32,9 @@ from .ddp_modes import mode_hook
 from .hook_timer import HookTimer
 from .step_parts import step_parts
 
-# The trace's names of an all-reduce: through the c10d backend, and pycomm.all_reduce.
-ALL_REDUCE_JOBS = ("allreduce", "all_reduce")
+# The trace's name of an all-reduce, dist.all_reduce's and pycomm.all_reduce's alike (one
+# front-end entry).
+ALL_REDUCE_JOBS = ("allreduce",)
 
 
 def train_step(world, model, opt, batches, barrier=True):
