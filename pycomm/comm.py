@@ -76,7 +76,7 @@ class Communicator:
     def all_reduce(self, tensor, op="sum", async_op=False, algorithm="auto",
                    restore_on_failure=None):
         """In-place all-reduce; see pycomm.all_reduce."""
-        op, algorithm = _names(tensor, op, algorithm)
+        op, algorithm = _names(tensor, op, algorithm, restore_on_failure)
         return _C.all_reduce(self._backend, tensor, op, async_op, algorithm, restore_on_failure)
 
     def all_reduce_future(self, tensor, op="sum", algorithm="auto",
@@ -84,7 +84,7 @@ class Communicator:
         """Starts an in-place all-reduce and returns a torch.futures.Future whose
         value is `tensor` itself, as a DDP communication hook returns it (the
         work object's get_future() holds [tensor], as torch's own does)."""
-        op, algorithm = _names(tensor, op, algorithm)
+        op, algorithm = _names(tensor, op, algorithm, restore_on_failure)
         return _C.all_reduce(self._backend, tensor, op, True, algorithm, restore_on_failure,
                              python_future=True)
 
@@ -104,10 +104,12 @@ class Communicator:
                 f"timeout_s={self.timeout_s})")
 
 
-def _names(tensor, op, algorithm):
+def _names(tensor, op, algorithm, restore_on_failure=None):
     """The op and algorithm as the names the native layer takes. The common case
-    (a tensor, string op and algorithm) costs three class checks here; the
+    (a tensor, string op and algorithm) costs a few class checks here; the
     native layer validates the strings themselves."""
+    if restore_on_failure is not None and restore_on_failure.__class__ is not bool:
+        raise TypeError(f"restore_on_failure: expected True, False or None, got {restore_on_failure!r}")
     if tensor.__class__ is not torch.Tensor:
         _check_tensor_type(tensor)
     if op.__class__ is not str:

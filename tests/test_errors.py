@@ -43,6 +43,8 @@ def bad_argument_cases():
         "bitwise op": (lambda t: pycomm.all_reduce(t, op=dist.ReduceOp.BAND), ValueError, r"op: unsupported"),
         "unknown algorithm": (lambda t: pycomm.all_reduce(t, algorithm="tree"), ValueError,
                               r"algorithm: unknown algorithm 'tree'"),
+        "restore_on_failure not a bool": (lambda t: pycomm.all_reduce(t, restore_on_failure="x"),
+                                          TypeError, r"restore_on_failure: expected True, False or None"),
         "algorithm not a string": (lambda t: pycomm.all_reduce(t, algorithm=3), ValueError, r"algorithm:"),
         "integer avg": (lambda t: pycomm.all_reduce(torch.ones(3, dtype=torch.int32), op="avg"), ValueError,
                         r"op: 'avg' is not defined for integer"),
