@@ -2,6 +2,7 @@
 // Python exception class of the same name (pycomm.CommError and subclasses).
 #pragma once
 
+#include <exception>
 #include <stdexcept>
 #include <string>
 
@@ -48,6 +49,16 @@ class CollectiveMismatch : public CommError {
   explicit CollectiveMismatch(const std::string& message)
       : CommError("pycomm.CollectiveMismatch: ", message) {}
 };
+
+// An error's text without the class name its message begins with, to quote
+// inside another error's message.
+inline std::string message_of(const std::exception& e) {
+  const std::string what = e.what();
+  const std::string prefix = "pycomm.";
+  if (what.compare(0, prefix.size(), prefix) != 0) return what;
+  const size_t colon = what.find(": ");
+  return colon == std::string::npos ? what : what.substr(colon + 2);
+}
 
 // A caller's argument is wrong; raised before anything is sent.
 class InvalidArgument : public std::invalid_argument {

@@ -1,8 +1,13 @@
-// A POSIX shared-memory segment: created by one rank with O_EXCL, opened by the
-// others, fully reserved up front, and unlinked as soon as all ranks map it.
+// A shared-memory segment, of one of two kinds:
+//  - named: a POSIX file in shm_dir(), created by one rank with O_EXCL, opened
+//    by the others, and unlinked as soon as all ranks map it;
+//  - anonymous: a sealed memfd with no name in any file system, handed to the
+//    other ranks as a file descriptor (segment_exchange.h).
+// Either is fully reserved up front.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace pycomm::core {
@@ -16,6 +21,18 @@ class ShmSegment {
   // Opens and maps a segment another rank created, at its full size.
   static ShmSegment open(const std::string& name);
 
+  // Anonymous memory: a memfd, sized, every page reserved (so that a full
+  // memory cgroup fails here with a CommError naming `bytes`, not with SIGBUS on
+  // first touch), then sealed against shrinking, growing and further seals, so
+  // that no peer can change its size under a mapping. `tag` goes into the
+  // memfd's name, as /proc/PID/maps shows it: "/memfd:pycomm-<tag> (deleted)".
+  static ShmSegment create_anonymous(const std::string& tag, size_t bytes);
+  // Maps a segment received from a peer, and owns `fd` from the call on (closed
+  // on failure too). Refuses, with a CommError naming `what`, an fd that is not
+  // a memfd sealed against shrinking (a peer could otherwise truncate it and
+  // turn our reads into SIGBUS), or one of size 0.
+  static ShmSegment from_fd(int fd, const std::string& what);
+
   ShmSegment() = default;
   ShmSegment(ShmSegment&& o) noexcept;
   ShmSegment& operator=(ShmSegment&& o) noexcept;
@@ -28,7 +45,13 @@ class ShmSegment {
 
   void* data() const { return data_; }
   size_t size() const { return size_; }
-  const std::string& name() const { return name_; }
+  const std::string& name() const { return name_; }  // "" for an anonymous one
+  // The memfd, kept open so that the segment can be offered to peers; -1 for a
+  // named segment (its name is how peers find it).
+  int fd() const { return fd_; }
+  // Closes the memfd once nobody needs to offer it again (the mapping stays):
+  // a rank's channels would otherwise hold a descriptor each, on both sides.
+  void close_fd();
 
  private:
   void release();
@@ -36,7 +59,20 @@ class ShmSegment {
   std::string name_;
   void* data_ = nullptr;
   size_t size_ = 0;
+  int fd_ = -1;
 };
+
+// "" when this host can take the memfd path (memfd_create with sealing and
+// fallocate works, and a Unix socket can be bound in the abstract namespace);
+// otherwise one line saying what fails ("memfd_create: Function not
+// implemented", "abstract Unix sockets: Permission denied"), which pycomm
+// doctor prints. Both halves are asked here, in one place, because the memfd
+// path needs both: memory without a socket to hand it over is of no use.
+std::string memfd_unavailable_reason();
+
+// Bytes of memory this process can still take: MemAvailable, less where its
+// cgroup (v2, as a container sees it) is nearer its limit. UINT64_MAX if unknown.
+uint64_t memory_available();
 
 // The directory segments live in: $PYCOMM_SHM_DIR, or /dev/shm.
 std::string shm_dir();
