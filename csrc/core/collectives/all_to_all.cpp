@@ -61,7 +61,6 @@ void all_to_all(const Context& ctx, const AllToAllArgs& a) {
 
   const size_t esize = dtype_size(a.dtype);
   std::memmove(a.recv[rank], a.send[rank], a.send_counts[rank] * esize);
-  const size_t link = ctx.path.link_bytes();
   for (int s = 1; s < world; ++s) {
     const int to = (rank + s) % world;
     const int from = (rank - s + world) % world;
@@ -69,8 +68,15 @@ void all_to_all(const Context& ctx, const AllToAllArgs& a) {
     char* dst = static_cast<char*>(a.recv[from]);
     const size_t send_bytes = a.send_counts[to] * esize;
     const size_t recv_bytes = a.recv_counts[from] * esize;
-    const size_t nsend = (send_bytes + link - 1) / link;
-    const size_t nrecv = (recv_bytes + link - 1) / link;
+    // Each stream goes in pieces of its own link's buffer size (full for the
+    // ring's link at s = 1, smaller for the others). `to` cuts what it gets
+    // from us by its link_bytes_from(rank), which equals our link_bytes_to(to):
+    // both sizes depend on the distance s alone, so the ends agree on the
+    // number of messages, which is all the lag argument below counts.
+    const size_t send_piece = ctx.path.link_bytes_to(to);
+    const size_t recv_piece = ctx.path.link_bytes_from(from);
+    const size_t nsend = (send_bytes + send_piece - 1) / send_piece;
+    const size_t nrecv = (recv_bytes + recv_piece - 1) / recv_piece;
     // Receive `lag` messages behind sending, so the link's buffers all fill:
     // both ends copy at once instead of taking turns. lag < link_buffers keeps
     // it deadlock-free: the ack a send waits for comes from a receive that its
@@ -78,14 +84,14 @@ void all_to_all(const Context& ctx, const AllToAllArgs& a) {
     const size_t lag = ctx.path.link_buffers() - 1;
     for (size_t m = 0; m < std::max(nsend, nrecv + lag); ++m) {
       if (m < nsend) {
-        const size_t len = std::min(link, send_bytes - m * link);
-        std::memcpy(ctx.path.send_buffer(to), src + m * link, len);
+        const size_t len = std::min(send_piece, send_bytes - m * send_piece);
+        std::memcpy(ctx.path.send_buffer(to), src + m * send_piece, len);
         ctx.path.send_commit(to);
       }
       if (m >= lag && m - lag < nrecv) {
         const size_t r = m - lag;
-        const size_t len = std::min(link, recv_bytes - r * link);
-        std::memcpy(dst + r * link, ctx.path.recv_buffer(from), len);
+        const size_t len = std::min(recv_piece, recv_bytes - r * recv_piece);
+        std::memcpy(dst + r * recv_piece, ctx.path.recv_buffer(from), len);
         ctx.path.recv_commit(from);
       }
     }

@@ -8,34 +8,67 @@
 namespace pycomm::core {
 namespace {
 
-// A rank's links to its peers get at most this much memory in all.
-constexpr size_t kLinkBudgetPerRank = 16u << 20;
-constexpr size_t kMinLinkBytes = 16u << 10;
+// All-to-all's links (every peer but rank+1) share this much of each rank's
+// memory, so that a rank's part stays the same size as the group grows.
+constexpr size_t kPeerLinkBudget = 512u << 10;
+// However many peers share the budget, their buffers keep at least this much,
+// so that each round trip of the flags moves more than a few lines; low enough
+// that the budget holds up to 130 ranks.
+constexpr size_t kMinPeerLinkBytes = 1u << 10;
 
-enum Param { kSlotBytes = 0, kLinkBytes = 1, kLinkBuffers = 2 };
+enum Param { kSlotBytes = 0, kLinkBytes = 1, kLinkBuffers = 2, kPeerLinkBytes = 3 };
 
-}  // namespace
+struct Sizes {
+  size_t slot;       // each of a rank's two slots
+  size_t link;       // each buffer of the link to rank+1
+  size_t peer_link;  // each buffer of the links to rank+2 .. rank+world-1
+  size_t buffers;    // buffers per link
+};
 
-DataRegion ShmDataPath::region(int world, const ShmDataConfig& c) {
+Sizes sizes_for(int world, const ShmDataConfig& c) {
   // Two buffers at least: with one, a rank that holds its predecessor's buffer
   // while it waits for its own to drain would wait around the whole ring.
   if (c.link_buffers < 2) throw InvalidArgument("link_buffers must be at least 2");
   if (c.link_bytes < 64 || c.slot_bytes < 64) throw InvalidArgument("buffer sizes must be at least 64 bytes");
-  size_t link = align_up(c.link_bytes, 64);
-  if (world > 1) {
-    const size_t fair = kLinkBudgetPerRank / (size_t(world - 1) * c.link_buffers) / 64 * 64;
-    if (link > fair) link = fair > kMinLinkBytes ? fair : kMinLinkBytes;
+  Sizes s;
+  s.buffers = c.link_buffers;
+  s.link = align_up(c.link_bytes, 64);
+  s.peer_link = s.link;
+  if (world > 2) {
+    const size_t fair = kPeerLinkBudget / (size_t(world - 2) * c.link_buffers) / 64 * 64;
+    s.peer_link = std::min(s.link, std::max(kMinPeerLinkBytes, fair));
   }
   // A slot holds at least one element of every rank's chunk (reduce-scatter)
   // and the all-to-all's split sizes: 16 bytes per rank.
-  const size_t slot = align_up(std::max(c.slot_bytes, size_t(world) * 16), 64);
+  s.slot = align_up(std::max(c.slot_bytes, size_t(world) * 16), 64);
+  return s;
+}
+
+// One rank's part of the region: its two slots, its link to rank+1, then its
+// links to rank+2 .. rank+world-1 in order of distance.
+size_t rank_bytes(int world, const Sizes& s) {
+  const size_t ring = world > 1 ? s.buffers * s.link : 0;
+  const size_t others = world > 2 ? size_t(world - 2) * s.buffers * s.peer_link : 0;
+  return align_up(2 * s.slot + ring + others, 4096);
+}
+
+}  // namespace
+
+size_t ShmDataPath::bytes_per_rank(int world, const ShmDataConfig& c) {
+  return rank_bytes(world, sizes_for(world, c));
+}
+
+DataRegion ShmDataPath::region(int world, const ShmDataConfig& c) {
+  const Sizes s = sizes_for(world, c);
+  // The control lines, one pair per ordered pair of ranks, are the only part
+  // that grows as W^2: 256 bytes a pair, 256 KiB at W = 32.
   const size_t control = align_up(sizeof(LinkControl) * size_t(world) * size_t(world), 4096);
-  const size_t per_rank = align_up(2 * slot + size_t(world - 1) * c.link_buffers * link, 4096);
   DataRegion r;
-  r.bytes = control + per_rank * size_t(world);
-  r.params[kSlotBytes] = slot;
-  r.params[kLinkBytes] = link;
-  r.params[kLinkBuffers] = c.link_buffers;
+  r.bytes = control + rank_bytes(world, s) * size_t(world);
+  r.params[kSlotBytes] = s.slot;
+  r.params[kLinkBytes] = s.link;
+  r.params[kLinkBuffers] = s.buffers;
+  r.params[kPeerLinkBytes] = s.peer_link;
   return r;
 }
 
@@ -46,10 +79,12 @@ ShmDataPath::ShmDataPath(Session& session)
       base_(session.data_region()),
       slot_bytes_(session.data_params()[kSlotBytes]),
       link_bytes_(session.data_params()[kLinkBytes]),
+      peer_link_bytes_(session.data_params()[kPeerLinkBytes]),
       link_buffers_(session.data_params()[kLinkBuffers]) {
   rank_data_offset_ = align_up(sizeof(LinkControl) * size_t(world_) * size_t(world_), 4096);
-  rank_data_bytes_ = align_up(2 * slot_bytes_ + size_t(world_ - 1) * link_buffers_ * link_bytes_, 4096);
-  if (slot_bytes_ == 0 || link_buffers_ < 2 ||
+  // The same layout the creator reserved (region()), from the sizes it recorded.
+  rank_data_bytes_ = rank_bytes(world_, Sizes{slot_bytes_, link_bytes_, peer_link_bytes_, link_buffers_});
+  if (slot_bytes_ == 0 || link_bytes_ == 0 || peer_link_bytes_ == 0 || link_buffers_ < 2 ||
       rank_data_offset_ + rank_data_bytes_ * size_t(world_) > session.data_bytes()) {
     throw CommError("rank " + std::to_string(session.rank()) +
                     ": the session's data region does not hold a shared-memory data path");
@@ -64,10 +99,13 @@ char* ShmDataPath::slot_at(int r, uint64_t handshake) const {
 }
 
 char* ShmDataPath::link_buffer(int from, int to, uint64_t message) const {
-  // Links of `from` are numbered by distance to the peer: 0 .. world-2.
-  const size_t index = size_t((to - from - 1 + world_) % world_);
-  return base_ + rank_data_offset_ + rank_data_bytes_ * size_t(from) + 2 * slot_bytes_ +
-         (index * link_buffers_ + size_t(message % link_buffers_)) * link_bytes_;
+  char* links = base_ + rank_data_offset_ + rank_data_bytes_ * size_t(from) + 2 * slot_bytes_;
+  const size_t buffer = size_t(message % link_buffers_);
+  const int distance = (to - from + world_) % world_;
+  if (distance == 1) return links + buffer * link_bytes_;
+  // The other links follow the ring's, by distance 2 .. world-1.
+  return links + link_buffers_ * link_bytes_ +
+         (size_t(distance - 2) * link_buffers_ + buffer) * peer_link_bytes_;
 }
 
 const void* const* ShmDataPath::slots() {
