@@ -1,7 +1,7 @@
 """Communicators: creation over a torch.distributed group, and the collectives.
 
 A communicator is set up collectively by every rank of a group, through the
-group's store (rendezvous.py), and nothing of it stays in /dev/shm once set up.
+group's store (rendezvous.py), and nothing of it stays behind once set up.
 It holds the same native backend a "pycomm" process group gets (backend.py),
 so pycomm's direct API enters the one front-end dist.* enters
 (csrc/torch/frontend.h), on one host and across hosts; on one host it has no

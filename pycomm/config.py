@@ -24,7 +24,7 @@ class Setting(NamedTuple):
     env: str     # the environment variable that overrides it
     unit: str    # that variable's unit
     factor: int  # from the variable's unit to the setting's
-    type: str    # "int", "float" or "bool"
+    type: str    # "int", "float", "bool", or "choice" (one of the unit's "a/b/c")
     why: str
 
 
@@ -45,6 +45,11 @@ def _from_env(s: Setting):
     raw = os.environ.get(s.env)
     if not raw:
         return None
+    if s.type == "choice":
+        choices = s.unit.split("/")
+        if raw not in choices:
+            raise ValueError(f"{s.env}: expected one of {', '.join(choices)}, got {raw!r}")
+        return raw
     value = _number(s.env, raw)
     if value < 0:
         raise ValueError(f"{s.env}: expected a number of 0 or more, got {raw!r}")

@@ -3,21 +3,27 @@
 Every wait here ends at pycomm's timeout and names the ranks that never
 arrived; a rank whose process exits during set-up is noticed at once (each
 rank publishes its pid before anything else, and the others watch those pids);
-ranks on different hosts get a clear error instead of a missing file (callers
-split a group that spans hosts first: topology.py); and a
-failed set-up removes its segment on every path.
+ranks on different hosts get a clear error instead of a missing segment
+(callers split a group that spans hosts first: topology.py); and a failed
+set-up leaves nothing behind on any path.
 
-    1. every rank publishes "<pid> <host>";
-    2. rank 0 waits for all of them, checks they share its host, creates the
-       segment and publishes its name (or "!<error>");
-    3. the others wait for the name and map the segment;
+    1. every rank publishes the transports it takes (its shm_transport setting,
+       and whether memfds work here), then "<pid> <PID namespace> <host>";
+    2. rank 0 waits for all of them, checks they share its host, picks the
+       transport every rank takes (memfd before posix), creates the session
+       segment and publishes its place (or "!<error>"): "memfd:<group id>:
+       <secret>" (its server hands the segment to whoever shows the secret)
+       or "posix:<name>" (a file in /dev/shm);
+    3. the others wait for the place and map the segment;
     4. all count themselves in and wait for the count; then every rank
-       unlinks the name (the first wins), so nothing stays in /dev/shm even if
-       a process is killed later.
+       makes the segment unobtainable (posix: unlinks the name; memfd: rank 0
+       stops offering it), so nothing stays behind even if a process is
+       killed later.
 Any rank that fails sets an abort key, which every waiting rank checks.
 """
 from __future__ import annotations
 
+import functools
 import os
 import select
 import socket
@@ -40,6 +46,35 @@ def host_identity() -> str:
     except OSError:
         boot = "?"
     return f"{socket.gethostname()}/{boot}"
+
+
+@functools.lru_cache(maxsize=None)
+def _pid_namespace() -> str:
+    try:
+        return str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        return "?"
+
+
+@functools.lru_cache(maxsize=None)
+def memfd_unavailable_reason() -> str:
+    """Why this host cannot take the memfd transport ('' when it can): asked once."""
+    return _C.memfd_unavailable_reason()
+
+
+def pid_record() -> str:
+    """What a rank publishes of itself at step 1: "<pid> <PID namespace> <host>"."""
+    return f"{os.getpid()} {_pid_namespace()} {host_identity()}"
+
+
+def transports_taken(setting: str):
+    """The transports a rank with this shm_transport setting takes, best first."""
+    memfd_ok = not memfd_unavailable_reason()
+    if setting == "posix":
+        return ["posix"]
+    if setting == "memfd":
+        return ["memfd"] if memfd_ok else []
+    return ["memfd", "posix"] if memfd_ok else ["posix"]
 
 
 class _Peers:
@@ -117,9 +152,12 @@ class _Rendezvous:
                 continue
             k = self.key(f"pid/{r}")
             if self.store.check([k]):
-                pid, host = self.store.get(k).decode().split(" ", 1)
+                pid, pid_ns, host = self.store.get(k).decode().split(" ", 2)
                 self.hosts[r] = host
-                if host == self.hosts.get(self.rank):
+                # A pid names a process only in its own PID namespace (containers
+                # of one pod may have their own): others are not watched.
+                # An unknown namespace ("?") is not assumed to be ours.
+                if host == self.hosts.get(self.rank) and pid_ns == _pid_namespace() != "?":
                     self.peers.watch(r, int(pid))
 
     def wait_until(self, ready, waiting_for: str, missing):
@@ -136,9 +174,8 @@ class _Rendezvous:
             delay = min(delay * 2, _POLL_MAX_S)
 
     def publish_pid(self):
-        me = f"{os.getpid()} {host_identity()}"
-        self.hosts[self.rank] = me.split(" ", 1)[1]
-        self.store.set(self.key(f"pid/{self.rank}"), me)
+        self.hosts[self.rank] = host_identity()
+        self.store.set(self.key(f"pid/{self.rank}"), pid_record())
 
     def unpublished(self):
         """The ranks that have not published their pid yet."""
@@ -177,30 +214,52 @@ def gather_hosts(store, prefix: str, rank: int, world: int, timeout_s: float, wh
         rdv.peers.close()
 
 
+def _agreed_transport(rdv):
+    """Rank 0: the first transport every rank takes, or a failure naming who refuses what."""
+    # Published before each rank's pid, unless gather_hosts published the pids first.
+    keys = [rdv.key(f"transports/{r}") for r in range(rdv.world)]
+    rdv.wait_until(lambda: rdv.store.check(keys), "every rank to start set-up",
+                   lambda: [r for r, k in enumerate(keys) if not rdv.store.check([k])])
+    taken = {r: rdv.store.get(rdv.key(f"transports/{r}")).decode().split(",")
+             for r in range(rdv.world)}
+    for choice in ("memfd", "posix"):
+        if all(choice in t for t in taken.values()):
+            return choice
+    why = "; ".join(f"rank {r} takes {' or '.join(t) if t != [''] else 'none'}"
+                    for r, t in sorted(taken.items()))
+    hint = memfd_unavailable_reason()
+    rdv.fail(f"the ranks take no shared-memory transport in common ({why}); set "
+             f"PYCOMM_SHM_TRANSPORT alike on every rank (auto, memfd or posix)"
+             + (f"; memfd is unavailable on rank 0: {hint}" if hint else ""))
+
+
 def create_communicator(store, prefix: str, rank: int, world: int, timeout_s: float,
                         config: dict, what: str, tag: str = ""):
     """Collectively creates and starts a native communicator (see the module doc)."""
     rdv = _Rendezvous(store, prefix, rank, world, timeout_s, what)
     impl = None
     try:
+        store.set(rdv.key(f"transports/{rank}"), ",".join(transports_taken(config["shm_transport"])))
         rdv.publish_pid()
         if rank == 0:
             rdv.gather_pids()
-            _C.remove_stale_segments()
-            name = _C.new_segment_name(tag)
+            if _agreed_transport(rdv) == "memfd":
+                place = f"memfd:{_C.new_group_id()}:{_C.new_group_secret()}"
+            else:
+                _C.remove_stale_segments()
+                place = f"posix:{_C.new_segment_name(tag)}"
             try:
-                impl = _C.Communicator(rank, world, name, True, config)
+                impl = _C.Communicator(rank, world, place, True, config)
             except Exception as e:
                 rdv.fail(f"rank 0 could not create the shared memory: {e}")
-            store.set(rdv.key("name"), name)
+            store.set(rdv.key("place"), place)
         else:
-            name_key = rdv.key("name")
+            place_key = rdv.key("place")
             # Rank 0 creates it once every rank has published its pid: those
             # that have not are the ones missing, else rank 0 itself.
-            rdv.wait_until(lambda: store.check([name_key]), "rank 0 to create the shared memory",
+            rdv.wait_until(lambda: store.check([place_key]), "rank 0 to create the shared memory",
                            lambda: rdv.unpublished() or [0])
-            name = store.get(name_key).decode()
-            impl = _C.Communicator(rank, world, name, False, config)
+            impl = _C.Communicator(rank, world, store.get(place_key).decode(), False, config)
         count_key = rdv.key("attached")
         store.set(rdv.key(f"attached/{rank}"), "1")
         store.add(count_key, 1)
@@ -211,7 +270,7 @@ def create_communicator(store, prefix: str, rank: int, world: int, timeout_s: fl
         return impl
     except BaseException as e:
         if impl is not None:
-            # Removes the name (whoever created it): nothing stays in /dev/shm.
+            # Makes the segment unobtainable (whoever created it): nothing stays behind.
             impl.unlink_name()
             impl.close()
         if not rdv.reported:

@@ -50,13 +50,22 @@ def pycomm_segments():
     return sorted(glob.glob(os.path.join(shm_dir, "pycomm-*")))
 
 
+def pycomm_sockets():
+    """The abstract Unix sockets of pycomm's segment servers in this network namespace."""
+    with open("/proc/net/unix") as f:
+        paths = (line.split()[-1] for line in f if len(line.split()) == 8)
+        return sorted(p for p in paths if p.startswith("@pycomm-"))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_segments_left_behind():
-    """Nothing of any communicator may stay in /dev/shm after the suite."""
-    before = set(pycomm_segments())
+    """Nothing of any communicator may stay in /dev/shm, or listen on a socket, after the suite."""
+    before, sockets_before = set(pycomm_segments()), set(pycomm_sockets())
     yield
     left = sorted(set(pycomm_segments()) - before)
     assert not left, f"shared-memory segments left behind: {left}"
+    listening = sorted(set(pycomm_sockets()) - sockets_before)
+    assert not listening, f"segment servers left behind: {listening}"
 
 
 def _world_pool(**kwargs):

@@ -393,3 +393,39 @@ def test_dead_peer_is_named_within_two_seconds(tmp_path):
     assert kind == "PeerDied" and "rank 1" in msg and "exited" in msg, (kind, msg)
     assert seen - float(stamp.read_text()) < 2.0 + SLACK
     assert not segments_of(pids), f"left in /dev/shm: {segments_of(pids)}"
+
+
+def dies_making_its_channel_case(stamp_path):
+    """Rank 2 makes its channel to rank 1 (its first send, larger than the
+    channel) and is killed at once: rank 1 may find the channel offered by a
+    server that is already gone."""
+    rank = dist.get_rank()
+    dist.barrier()
+    if rank == 2:
+        dist.isend(torch.ones(BIG), dst=1)
+        with open(stamp_path, "w") as f:
+            f.write(repr(time.monotonic()))
+        os.kill(os.getpid(), signal.SIGKILL)
+    if rank == 1:
+        result = outcome(lambda: dist.recv(torch.zeros(BIG), src=2))
+        return result + (time.monotonic(),)
+    # Rank 0, a bystander: its next collective names the dead rank too.
+    result = outcome(lambda: dist.all_reduce(torch.ones(4)))
+    return result + (time.monotonic(),)
+
+
+@fault_only
+def test_a_rank_killed_as_it_makes_a_channel_is_named_by_every_rank(tmp_path):
+    stamp = tmp_path / "death"
+    world = ProcessWorld(3, comm_timeout=60.0, backend=TEST_BACKEND)
+    pids = world.pids
+    try:
+        results = world.run(dies_making_its_channel_case, str(stamp), may_die=(2,), timeout=120)
+    finally:
+        world.kill()
+    died = float(stamp.read_text())
+    for rank in (0, 1):
+        kind, msg, _, seen = results[rank]
+        assert kind == "PeerDied" and "rank 2" in msg and "exited" in msg, (rank, kind, msg)
+        assert seen - died < 2.0 + SLACK, (rank, seen - died)
+    assert not segments_of(pids), f"left in /dev/shm: {segments_of(pids)}"

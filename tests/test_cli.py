@@ -323,6 +323,13 @@ def test_doctor_environment(capsys, tmp_path, monkeypatch):
         assert label in out
     assert "gloo yes" in out
     assert f"shm          {tmp_path}:" in out
+    # Which transport a group takes here, and what a group costs by its size.
+    assert "transport    memfd (PYCOMM_SHM_TRANSPORT=auto)" in out
+    assert "group memory  8 ranks: 16.0 MiB (2.0 MiB a rank)" in out
+    monkeypatch.setenv("PYCOMM_SHM_TRANSPORT", "posix")
+    code, out, _ = run(capsys, "doctor")
+    assert "transport    posix (PYCOMM_SHM_TRANSPORT=posix): files in PYCOMM_SHM_DIR" in out
+    monkeypatch.delenv("PYCOMM_SHM_TRANSPORT")
     code, out, _ = run(capsys, "doctor", "--json")
     info = json.loads(out)
     assert info["pycomm"] == pycomm.__version__

@@ -111,19 +111,23 @@ def test_the_settings_table_is_what_the_communicator_takes():
     # The C++ dict conversion is made from the same table: it takes every name, and only those.
     cfg = config.communicator_config(1, 5.0)
     assert list(cfg) == names
-    c = pycomm._C.Communicator(0, 1, pycomm._C.new_segment_name("routing-test"), True, cfg)
+    _C = pycomm._C
+    place = lambda: f"memfd:{_C.new_group_id()}:{_C.new_group_secret()}"  # noqa: E731
+    c = _C.Communicator(0, 1, place(), True, cfg)
     try:
         assert c.config == cfg
     finally:
         c.unlink_name()
         c.close()
     with pytest.raises(ValueError, match="config: unknown setting 'nope'"):
-        pycomm._C.Communicator(0, 1, pycomm._C.new_segment_name("routing-test"), True, {"nope": 1})
+        _C.Communicator(0, 1, place(), True, {"nope": 1})
     # Every setting, or none of them defaults behind Python's back (its cores are Python's).
     partial = dict(cfg)
     del partial[names[-1]]
     with pytest.raises(ValueError, match=f"config: missing setting '{names[-1]}'"):
-        pycomm._C.Communicator(0, 1, pycomm._C.new_segment_name("routing-test"), True, partial)
+        _C.Communicator(0, 1, place(), True, partial)
+    with pytest.raises(ValueError, match="place: expected 'posix:<name>' or 'memfd:"):
+        _C.Communicator(0, 1, "somewhere", True, cfg)
 
 
 def test_environment_variables_override_in_their_units(monkeypatch):

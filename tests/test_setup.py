@@ -12,7 +12,7 @@ import traceback
 
 import pytest
 
-from conftest import pycomm_segments
+from conftest import pycomm_segments, pycomm_sockets
 
 
 def _rank(rank, world, port, behaviour, env, out):
@@ -20,7 +20,7 @@ def _rank(rank, world, port, behaviour, env, out):
     import torch.distributed as dist
 
     import pycomm
-    from pycomm.rendezvous import host_identity
+    from pycomm.rendezvous import pid_record
 
     store = dist.TCPStore("127.0.0.1", port, world, is_master=False, timeout=datetime.timedelta(seconds=60))
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
@@ -35,13 +35,15 @@ def _rank(rank, world, port, behaviour, env, out):
             # Starts set-up as pycomm.init would (its first communicator): the
             # pid goes first, then it dies.
             group_store.add(f"pycomm/serial/{rank}", 1)
-            group_store.set(f"pycomm/comm/1/pid/{rank}", f"{os.getpid()} {host_identity()}")
+            group_store.set(f"pycomm/comm/1/transports/{rank}", "memfd,posix")
+            group_store.set(f"pycomm/comm/1/pid/{rank}", pid_record())
             time.sleep(0.3)
             os._exit(3)
         if behaviour == "exit-after-create":
             group_store.add(f"pycomm/serial/{rank}", 1)
-            group_store.set(f"pycomm/comm/1/pid/{rank}", f"{os.getpid()} {host_identity()}")
-            while not group_store.check(["pycomm/comm/1/name"]):
+            group_store.set(f"pycomm/comm/1/transports/{rank}", "memfd,posix")
+            group_store.set(f"pycomm/comm/1/pid/{rank}", pid_record())
+            while not group_store.check(["pycomm/comm/1/place"]):
                 time.sleep(0.01)
             os._exit(3)
         pycomm.init()
@@ -115,14 +117,20 @@ def test_a_rank_that_exits_during_set_up_is_noticed_at_once():
     assert set(pycomm_segments()) == before
 
 
-def test_creator_removes_its_segment_when_set_up_fails_after_creating_it():
-    before = set(pycomm_segments())
-    env = {"all": {"PYCOMM_TIMEOUT": "30"}}
+@pytest.mark.parametrize("transport", ["memfd", "posix"])
+def test_creator_removes_its_segment_when_set_up_fails_after_creating_it(transport, tmp_path,
+                                                                         monkeypatch):
+    # posix: in a folder of its own, so that a small /dev/shm is no matter.
+    monkeypatch.setenv("PYCOMM_SHM_DIR", str(tmp_path))
+    before, sockets = set(pycomm_segments()), set(pycomm_sockets())
+    env = {"all": {"PYCOMM_TIMEOUT": "30", "PYCOMM_SHM_TRANSPORT": transport,
+                   "PYCOMM_SHM_DIR": str(tmp_path)}}
     res = run_setup(["init", "exit-after-create"], env)
     outcome, seconds, message = res[0]
     assert outcome == "PeerDied" and "rank 1 exited" in message, res[0]
     assert seconds < 15, res[0]
     assert set(pycomm_segments()) == before, "the creator left its segment behind"
+    assert set(pycomm_sockets()) <= sockets, "the creator left its segment server behind"
 
 
 def test_ranks_on_different_hosts_run_hierarchically():

@@ -33,12 +33,20 @@
     "(0 when ranks outnumber cores)")                                                              \
   X(yield_us, wait.yield_us, "PYCOMM_YIELD_US", "us", 1, 200.0,                                    \
     "then yields this long before it sleeps on a futex")                                          \
+  /* auto takes memfd wherever it works (memfd_unavailable_reason() says why not) and every     \
+     rank allows it; posix is the named-file path, for hosts that refuse memfds or abstract      \
+     sockets (seccomp profiles, old kernels). The group's ranks agree at set-up. */              \
+  X(shm_transport, shm_transport, "PYCOMM_SHM_TRANSPORT", "auto/memfd/posix", 1,                  \
+    std::string("auto"),                                                                           \
+    "how the group's shared memory travels between its ranks: memfd (anonymous, passed over a "  \
+    "Unix socket; nothing in /dev/shm) or posix (files in PYCOMM_SHM_DIR, else /dev/shm)")       \
   X(slot_bytes, data.slot_bytes, "PYCOMM_DIRECT_KB", "KiB", 1024, size_t(256 * 1024),              \
     "each rank's slot for the one-shot collectives; larger messages go through it in pieces")    \
   X(link_bytes, data.link_bytes, "PYCOMM_RING_BUFFER_KB", "KiB", 1024, size_t(256 * 1024),         \
-    "each buffer of a ring link")                                                                  \
+    "each buffer of the ring's link (to rank+1); all-to-all's other links share 512 KiB a rank, " \
+    "in buffers of at most this size")                                                             \
   X(link_buffers, data.link_buffers, "PYCOMM_RING_BUFFERS", "count", 1, size_t(4),                 \
-    "buffers per ring link: how far a sender may run ahead of its receiver")                      \
+    "buffers per link: how far a sender may run ahead of its receiver")                           \
   X(p2p_frame_bytes, p2p.frame_bytes, "PYCOMM_P2P_FRAME_KB", "KiB", 1024, size_t(256 * 1024),      \
     "each frame of a point-to-point channel; larger messages stream through in frames")         \
   X(p2p_frames, p2p.frames, "PYCOMM_P2P_FRAMES", "count", 1, size_t(4),                            \

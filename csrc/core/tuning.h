@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 #include "collectives/collectives.h"
 #include "p2p/p2p_channels.h"
@@ -19,6 +20,7 @@ struct HierarchyTuning {
 };
 
 struct CommConfig {
+  std::string shm_transport;  // auto, memfd or posix (pycomm/rendezvous.py decides)
   WaitPolicy wait;
   ShmDataConfig data;
   P2PConfig p2p;

@@ -25,6 +25,11 @@ core::DataRegion region_of(int world, const core::CommConfig& config) {
 
 }  // namespace
 
+SharedMemoryCost shared_memory_cost(int world, const core::CommConfig& config) {
+  const core::DataRegion region = region_of(world, config);
+  return {core::Session::segment_bytes(world, region), core::P2PChannels::channel_bytes(region)};
+}
+
 thread_local bool t_on_lane = false;
 
 uint64_t bytes_of(const std::vector<at::Tensor>& tensors) {
@@ -111,11 +116,11 @@ void Completions::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-Communicator::Communicator(int rank, int world, const std::string& segment_name, bool create,
+Communicator::Communicator(int rank, int world, const core::SegmentPlace& place, bool create,
                            const core::CommConfig& config)
     : config_(config),
-      session_(create ? core::Session::create(rank, world, segment_name, config.wait, region_of(world, config))
-                      : core::Session::attach(rank, world, segment_name, config.wait)) {
+      session_(create ? core::Session::create(rank, world, place, config.wait, region_of(world, config))
+                      : core::Session::attach(rank, world, place, config.wait)) {
   try {
     path_ = std::make_unique<core::ShmDataPath>(*session_);
     channels_ = std::make_unique<core::P2PChannels>(*session_);
@@ -123,7 +128,7 @@ Communicator::Communicator(int rank, int world, const std::string& segment_name,
       return std::string(c10::toString(c10::ScalarType(type)));
     });
   } catch (...) {
-    // Nobody else knows the name yet: remove it, or it stays in /dev/shm.
+    // Nobody else knows the place yet: remove its name, or it stays in /dev/shm.
     if (create) session_->unlink_name();
     throw;
   }

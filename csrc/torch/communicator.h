@@ -105,9 +105,19 @@ class Completions {
   bool stopping_ = false;
 };
 
+// What a group of `world` ranks with `config` maps: its session segment
+// (control, the collectives' slots and links, doorbells), and each
+// point-to-point channel, made when a pair first talks.
+struct SharedMemoryCost {
+  size_t session_bytes;
+  size_t channel_bytes;
+};
+SharedMemoryCost shared_memory_cost(int world, const core::CommConfig& config);
+
 class Communicator {
  public:
-  Communicator(int rank, int world, const std::string& segment_name, bool create,
+  // Rank 0 creates the group's session at `place`; the others attach to it.
+  Communicator(int rank, int world, const core::SegmentPlace& place, bool create,
                const core::CommConfig& config);
   ~Communicator();
 
@@ -153,7 +163,9 @@ class Communicator {
 
   int rank() const { return session_->rank(); }
   int world() const { return session_->world(); }
-  const std::string& name() const { return session_->name(); }
+  const char* transport() const { return core::transport_name(session_->transport()); }
+  // Bytes of point-to-point channels this rank has mapped so far.
+  size_t channel_bytes() const { return p2p_->channel_bytes(); }
   const core::CommConfig& config() const { return config_; }
   // The session was aborted or failed: every later collective raises.
   bool broken() const { return session_->aborted(); }

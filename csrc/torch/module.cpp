@@ -171,19 +171,21 @@ PYBIND11_MODULE(_C, m) {
   });
 
   py::class_<Communicator, std::shared_ptr<Communicator>>(m, "Communicator")
-      .def(py::init([](int rank, int world, const std::string& name, bool create, const py::dict& config) {
+      .def(py::init([](int rank, int world, const std::string& place, bool create, const py::dict& config) {
              core::CommConfig c = config_from(config);
+             const core::SegmentPlace where = core::SegmentPlace::parse(place);
              py::gil_scoped_release no_gil;
-             return std::shared_ptr<Communicator>(new Communicator(rank, world, name, create, c),
+             return std::shared_ptr<Communicator>(new Communicator(rank, world, where, create, c),
                                                   ReleaseGilAndDelete{});
            }),
-           py::arg("rank"), py::arg("world"), py::arg("name"), py::arg("create"), py::arg("config"))
+           py::arg("rank"), py::arg("world"), py::arg("place"), py::arg("create"), py::arg("config"))
       .def("start", &Communicator::start)
       .def("unlink_name", &Communicator::unlink_name)
       .def("close", &Communicator::close, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("rank", &Communicator::rank)
       .def_property_readonly("world_size", &Communicator::world)
-      .def_property_readonly("segment_name", &Communicator::name)
+      .def_property_readonly("transport", &Communicator::transport)
+      .def_property_readonly("channel_bytes", &Communicator::channel_bytes)
       .def_property_readonly("config", [](const Communicator& c) { return config_dict(c.config()); });
 
   m.def("make_backend",
@@ -252,6 +254,21 @@ PYBIND11_MODULE(_C, m) {
         "(records, dropped): each record (what, bytes, queued, queued_ns, started_ns, ended_ns, "
         "completed_ns) on CLOCK_MONOTONIC; the trace is emptied.");
   m.def("new_segment_name", &core::new_segment_name, py::arg("tag") = "");
+  m.def("new_group_id", &core::new_group_id, "A fresh id for a group's segment servers.");
+  m.def("new_group_secret", [] { return core::secret_to_hex(core::new_group_secret()); },
+        "32 random bytes, in hex: what proves a rank belongs to the group.");
+  m.def(
+      "shared_memory_cost",
+      [](int world, const py::dict& config) {
+        const SharedMemoryCost cost = shared_memory_cost(world, config_from(config));
+        return py::dict(py::arg("session_bytes") = cost.session_bytes,
+                        py::arg("channel_bytes") = cost.channel_bytes);
+      },
+      py::arg("world"), py::arg("config"),
+      "What a group of `world` ranks maps: its session segment, and each point-to-point "
+      "channel (made when a pair first talks).");
+  m.def("memfd_unavailable_reason", &core::memfd_unavailable_reason,
+        "Why this host cannot take the memfd transport, or '' when it can.");
   m.def("remove_stale_segments", &core::remove_stale_segments,
         "Unlinks pycomm segments whose creating process no longer runs.");
   m.def("shm_dir", &core::shm_dir);

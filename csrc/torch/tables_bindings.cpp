@@ -17,6 +17,7 @@ using namespace pycomm::core;
 template <typename T>
 const char* type_name() {
   if constexpr (std::is_same_v<T, bool>) return "bool";
+  else if constexpr (std::is_same_v<T, std::string>) return "choice";  // one of its unit's a/b/c
   else if constexpr (std::is_floating_point_v<T>) return "float";
   else return "int";
 }

@@ -15,13 +15,14 @@ from ..host_cpus import usable_cores
 from ..units import human_bytes
 
 __all__ = ["Finding", "check_script", "check_source", "environment", "findings_as_dicts",
-           "format_environment",
-           "format_findings"]
+           "format_environment", "format_findings", "mapped_segment_bytes"]
 
 GIB = 1 << 30
 # Docker gives a container 64 MiB of /dev/shm. DataLoader workers pass batches through it
-# and pycomm's transport maps its ring buffers there; below 1 GiB either can run out.
+# (and pycomm's posix transport maps its segments there); below 1 GiB they can run out.
 _SHM_WARN_BYTES = 1 * GIB
+# The world sizes doctor states a group's shared memory for.
+_COST_WORLDS = (2, 4, 8, 16, 32)
 
 # Settings that change how a distributed job starts or communicates; doctor shows those set.
 _ENV_VARS = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK",
@@ -81,13 +82,17 @@ def environment() -> Dict[str, Any]:
         shm.update(total_bytes=usage.total, free_bytes=usage.free)
         if usage.free < _SHM_WARN_BYTES:
             warnings.append(f"{shm_dir} has only {usage.free / (1 << 20):.0f} MiB free: DataLoader "
-                            "workers and pycomm's shared-memory ring need room there (docker: "
+                            "workers (and pycomm's posix transport) need room there (docker: "
                             "--shm-size=8g, or PYCOMM_SHM_DIR=/a/larger/tmpfs)")
     except OSError as e:
         shm["error"] = str(e)
-        warnings.append(f"{shm_dir} is not usable ({e}): pycomm's shared-memory transport "
-                        "needs it (set PYCOMM_SHM_DIR to a tmpfs)")
+        warnings.append(f"{shm_dir} is not usable ({e}): DataLoader workers and pycomm's posix "
+                        "transport need it (set PYCOMM_SHM_DIR to a tmpfs)")
     info["shm"] = shm
+    info["transport"] = _try(_transport, default={"error": "pycomm's runtime is not importable"})
+    taken = info["transport"].get("takes")
+    if taken == "posix" and "error" in shm:
+        warnings.append("pycomm takes the posix transport here and it has no usable directory")
 
     info["cpus"] = {"online": os.cpu_count(), "usable": usable_cores()}
 
@@ -140,6 +145,57 @@ def environment() -> Dict[str, Any]:
     return info
 
 
+def mapped_segment_bytes() -> int:
+    """Bytes of this process's mappings of pycomm's segments, either transport's
+    (memfd:pycomm-* or <PYCOMM_SHM_DIR>/pycomm-*), read from /proc/self/maps."""
+    total = 0
+    with open("/proc/self/maps") as f:
+        for line in f:
+            fields = line.split(None, 5)
+            path = fields[5] if len(fields) > 5 else ""
+            if "memfd:pycomm-" in path or "/pycomm-" in path:
+                start, end = (int(x, 16) for x in fields[0].split("-"))
+                total += end - start
+    return total
+
+
+def _transport() -> Dict[str, Any]:
+    """Which shared-memory transport a group started here takes, why, and what a group costs."""
+    from pycomm import _C, config, rendezvous
+
+    setting = config.setting("shm_transport")
+    taken = rendezvous.transports_taken(setting)
+    costs = []
+    for world in _COST_WORLDS:
+        cost = _C.shared_memory_cost(world, config.communicator_config(world, 1.0))
+        costs.append({"world": world, **cost})
+    return {"setting": setting, "takes": taken[0] if taken else None,
+            "memfd_unavailable": rendezvous.memfd_unavailable_reason(), "costs": costs}
+
+
+def _transport_lines(t: Dict[str, Any]) -> List[str]:
+    if "error" in t:
+        return [f"transport    {t['error']}"]
+    why = {"memfd": "anonymous memory passed between ranks over a Unix socket: nothing in /dev/shm",
+           "posix": "files in PYCOMM_SHM_DIR, else /dev/shm, unlinked once mapped"}
+    taken = t["takes"]
+    if taken is None:
+        lines = [f"transport    none: PYCOMM_SHM_TRANSPORT={t['setting']} but memfd is unavailable "
+                 f"({t['memfd_unavailable']})"]
+    else:
+        lines = [f"transport    {taken} (PYCOMM_SHM_TRANSPORT={t['setting']}): {why[taken]}"]
+        if t["memfd_unavailable"]:
+            lines[-1] += f"; memfd is unavailable here: {t['memfd_unavailable']}"
+    for c in t["costs"]:
+        w, session, channel = c["world"], c["session_bytes"], c["channel_bytes"]
+        lines.append(f"group memory {w:>2} ranks: {human_bytes(session)} "
+                     f"({human_bytes(session // w)} a rank); point-to-point adds "
+                     f"{human_bytes(channel)} per pair and direction that talks "
+                     f"(a ring of sends {human_bytes(w * channel)}, "
+                     f"every pair {human_bytes(w * (w - 1) * channel)})")
+    return lines
+
+
 def _host_layout() -> Dict[str, Any]:
     """This process's host identity, and the layout torchrun's variables promise with what the
     backend would run on it (a job's real layout comes from every rank's identity, at set-up)."""
@@ -181,6 +237,7 @@ def format_environment(info: Dict[str, Any]) -> str:
     else:
         lines.append(f"shm          {shm['dir']}: {human_bytes(shm['free_bytes'])} free of "
                      f"{human_bytes(shm['total_bytes'])}")
+    lines.extend(_transport_lines(info.get("transport") or {"error": "not asked"}))
     cpus = info["cpus"]
     lines.append(f"CPUs         {cpus['usable']} usable ({cpus['online']} online)")
     if info["gpus"]:

@@ -1,8 +1,10 @@
 #include "p2p_channels.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 
 #include "../errors.h"
 #include "../transport/wait_primitives.h"
@@ -13,27 +15,13 @@ namespace {
 // The data path (shm_data_path.cpp) uses the params below this index.
 enum Param { kOffset = 4, kFrameBytes = 5, kFrames = 6 };
 
-// A rank's channels to its peers get at most this much memory in all.
+// A rank that sends to every peer keeps its channels within this much memory.
 constexpr size_t kBudgetPerRank = 8u << 20;
 constexpr size_t kMinFrameBytes = 16u << 10;
 
-// Where each part sits, from the start of the channels' area.
-struct Layout {
-  size_t notices, bells, headers, payloads, total;
-};
-
-Layout layout_of(int world, size_t frame_bytes, size_t frames, size_t control, size_t notice,
-                 size_t taken, size_t bell) {
-  const size_t pairs = size_t(world) * size_t(world);
-  Layout l;
-  l.notices = align_up(control * pairs, kLine);
-  l.bells = align_up(l.notices + (notice + taken) * pairs, kLine);
-  l.headers = align_up(l.bells + bell * size_t(world), kLine);
-  l.payloads = align_up(l.headers + sizeof(FrameHeader) * frames * pairs, 4096);
-  // Payloads of the world * (world - 1) channels a rank has with a peer.
-  l.total = align_up(l.payloads + frame_bytes * frames * size_t(world) * size_t(world - 1), 4096);
-  return l;
-}
+// A line per rank: its doorbell. Then a line (or more) per rank: its offers.
+size_t offers_offset(int world) { return kLine * size_t(world); }
+size_t offer_stride(int world) { return align_up(sizeof(uint64_t) * ((size_t(world) + 63) / 64), kLine); }
 
 }  // namespace
 
@@ -45,13 +33,28 @@ void P2PChannels::reserve(DataRegion& region, int world, const P2PConfig& c) {
     const size_t fair = kBudgetPerRank / (size_t(world - 1) * c.frames) / 64 * 64;
     if (frame > fair) frame = std::max(fair, kMinFrameBytes);
   }
-  const size_t offset = align_up(region.bytes, 4096);
-  const Layout l = layout_of(world, frame, c.frames, sizeof(ChannelControl), sizeof(NoticeLine),
-                             sizeof(TakenLine), sizeof(Doorbell));
-  region.bytes = offset + l.total;
+  static_assert(sizeof(Doorbell) == kLine, "a doorbell is one line");
+  const size_t offset = align_up(region.bytes, kLine);
+  region.bytes = offset + offers_offset(world) + offer_stride(world) * size_t(world);
   region.params[kOffset] = offset;
   region.params[kFrameBytes] = frame;
   region.params[kFrames] = c.frames;
+}
+
+size_t P2PChannels::headers_offset() {
+  return align_up(sizeof(ChannelControl) + sizeof(NoticeLine) + sizeof(TakenLine), kLine);
+}
+
+size_t P2PChannels::payloads_offset(size_t frames) {
+  return align_up(headers_offset() + sizeof(FrameHeader) * frames, 4096);
+}
+
+size_t P2PChannels::channel_bytes(size_t frame_bytes, size_t frames) {
+  return align_up(payloads_offset(frames) + frame_bytes * frames, 4096);
+}
+
+size_t P2PChannels::channel_bytes(const DataRegion& region) {
+  return channel_bytes(region.params[kFrameBytes], region.params[kFrames]);
 }
 
 P2PChannels::P2PChannels(Session& session)
@@ -60,80 +63,149 @@ P2PChannels::P2PChannels(Session& session)
       world_(session.world()),
       base_(session.data_region() + session.data_params()[kOffset]),
       frame_bytes_(session.data_params()[kFrameBytes]),
-      frames_(session.data_params()[kFrames]) {
-  const Layout l = layout_of(world_, frame_bytes_, frames_, sizeof(ChannelControl), sizeof(NoticeLine),
-                             sizeof(TakenLine), sizeof(Doorbell));
+      frames_(session.data_params()[kFrames]),
+      offers_offset_(offers_offset(world_)),
+      offer_stride_(offer_stride(world_)) {
   if (frame_bytes_ == 0 || frames_ == 0 ||
-      session.data_params()[kOffset] + l.total > session.data_bytes()) {
+      session.data_params()[kOffset] + offers_offset_ + offer_stride_ * size_t(world_) >
+          session.data_bytes()) {
     throw CommError("rank " + std::to_string(rank_) +
-                    ": the session's data region holds no point-to-point channels");
+                    ": the session's data region holds no point-to-point doorbells");
   }
-  notices_offset_ = l.notices;
-  bells_offset_ = l.bells;
-  headers_offset_ = l.headers;
-  payloads_offset_ = l.payloads;
+  out_.resize(size_t(world_));
+  in_.resize(size_t(world_));
   sent_.assign(size_t(world_), 0);
   received_.assign(size_t(world_), 0);
 }
 
-P2PChannels::ChannelControl& P2PChannels::control(int from, int to) const {
-  return reinterpret_cast<ChannelControl*>(base_)[pair(from, to)];
+P2PChannels::~P2PChannels() {
+  // posix: a channel its peer never took still has its name; remove it.
+  for (Channel& c : out_) c.segment.unlink();
 }
 
-P2PChannels::NoticeLine& P2PChannels::notice(int from, int to) const {
-  return reinterpret_cast<NoticeLine*>(base_ + notices_offset_)[pair(from, to)];
+P2PChannels::NoticeLine& P2PChannels::notice(const Channel& c) const {
+  return *reinterpret_cast<NoticeLine*>(c.base + sizeof(ChannelControl));
 }
 
-P2PChannels::TakenLine& P2PChannels::taken(int from, int to) const {
-  const size_t after_notices = sizeof(NoticeLine) * size_t(world_) * size_t(world_);
-  return reinterpret_cast<TakenLine*>(base_ + notices_offset_ + after_notices)[pair(from, to)];
+P2PChannels::TakenLine& P2PChannels::taken(const Channel& c) const {
+  return *reinterpret_cast<TakenLine*>(c.base + sizeof(ChannelControl) + sizeof(NoticeLine));
+}
+
+FrameHeader& P2PChannels::header(const Channel& c, uint64_t frame) const {
+  return reinterpret_cast<FrameHeader*>(c.base + headers_offset())[size_t(frame % frames_)];
+}
+
+char* P2PChannels::payload(const Channel& c, uint64_t frame) const {
+  return c.base + payloads_offset(frames_) + size_t(frame % frames_) * frame_bytes_;
 }
 
 P2PChannels::Doorbell& P2PChannels::doorbell(int r) const {
-  return reinterpret_cast<Doorbell*>(base_ + bells_offset_)[r];
+  return reinterpret_cast<Doorbell*>(base_)[r];
 }
 
-FrameHeader& P2PChannels::header(int from, int to, uint64_t frame) const {
-  return reinterpret_cast<FrameHeader*>(base_ + headers_offset_)[pair(from, to) * frames_ +
-                                                                  size_t(frame % frames_)];
+std::atomic<uint64_t>* P2PChannels::offers(int to) const {
+  return reinterpret_cast<std::atomic<uint64_t>*>(base_ + offers_offset_ + offer_stride_ * size_t(to));
 }
 
-char* P2PChannels::payload(int from, int to, uint64_t frame) const {
-  // The channels of `from` are numbered by distance to the peer: 0 .. world-2.
-  const size_t index = size_t(from) * size_t(world_ - 1) + size_t((to - from - 1 + world_) % world_);
-  return base_ + payloads_offset_ + (index * frames_ + size_t(frame % frames_)) * frame_bytes_;
+bool P2PChannels::offered_by(int from) const {
+  return (offers(rank_)[from / 64].load(std::memory_order_acquire) >> (from % 64)) & 1;
+}
+
+void P2PChannels::open_to(int peer) {
+  Channel& c = out_[size_t(peer)];
+  if (c.base) return;
+  try {
+    c.segment = session_.make_segment(channel_key(peer), channel_bytes(frame_bytes_, frames_));
+  } catch (const CommError& e) {
+    throw CommError("rank " + std::to_string(rank_) + ": making the channel to rank " +
+                    std::to_string(peer) + ": " + message_of(e));
+  }
+  c.base = static_cast<char*>(c.segment.data());
+  // Its pages came zeroed: every counter starts at 0. The offer is released
+  // after them, and the receiver acquires it before it maps the channel.
+  offers(peer)[rank_ / 64].fetch_or(uint64_t(1) << (rank_ % 64), std::memory_order_acq_rel);
+  ring(peer);
+}
+
+bool P2PChannels::take_from(int peer) {
+  Channel& c = in_[size_t(peer)];
+  try {
+    c.segment = session_.fetch_segment(peer, channel_key(rank_));
+  } catch (const std::exception& e) {
+    // The engine's next health check fails what is pending with this reason.
+    // A peer that is gone closed its server before its pidfd says so: give
+    // the watch a moment to name it.
+    int dead = session_.first_dead_peer();
+    for (int i = 0; dead < 0 && i < 50; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      dead = session_.first_dead_peer();
+    }
+    if (dead >= 0) {
+      session_.abort("rank " + std::to_string(rank_) + ": rank " + std::to_string(dead) + " (pid " +
+                         std::to_string(session_.pid_of(dead)) + ") exited while this rank took " +
+                         "the channel from rank " + std::to_string(peer) +
+                         ": its process is gone (killed, crashed or ended)",
+                     dead);
+    } else {
+      session_.abort("rank " + std::to_string(rank_) + ": taking the channel from rank " +
+                     std::to_string(peer) + ": " + message_of(e));
+    }
+    return false;
+  }
+  if (c.segment.size() < channel_bytes(frame_bytes_, frames_)) {
+    session_.abort("rank " + std::to_string(rank_) + ": the channel rank " + std::to_string(peer) +
+                   " made to it is too small (" + std::to_string(c.segment.size()) + " bytes)");
+    c.segment = ShmSegment();
+    return false;
+  }
+  c.base = static_cast<char*>(c.segment.data());
+  return true;
+}
+
+size_t P2PChannels::mapped_bytes() const {
+  size_t n = 0;
+  for (const auto* side : {&out_, &in_}) {
+    for (const Channel& c : *side) n += c.base ? c.segment.size() : 0;
+  }
+  return n;
 }
 
 bool P2PChannels::can_send(int peer) const {
+  const Channel& c = out_[size_t(peer)];
   const uint64_t f = sent_[size_t(peer)];
-  return f < frames_ ||
-         control(rank_, peer).consumed.value.load(std::memory_order_acquire) > f - frames_;
+  return c.base && (f < frames_ || control(c).consumed.value.load(std::memory_order_acquire) > f - frames_);
 }
 
 void P2PChannels::commit(int peer) {
-  control(rank_, peer).posted.value.store(++sent_[size_t(peer)], std::memory_order_release);
+  control(out_[size_t(peer)]).posted.value.store(++sent_[size_t(peer)], std::memory_order_release);
 }
 
-bool P2PChannels::can_recv(int peer) const {
-  return control(peer, rank_).posted.value.load(std::memory_order_acquire) > received_[size_t(peer)];
+bool P2PChannels::can_recv(int peer) {
+  const Channel& c = in_[size_t(peer)];
+  // Once the session is aborted nothing is taken any more (the engine fails
+  // what is pending with the abort's reason).
+  if (!c.base && !(offered_by(peer) && !session_.aborted() && take_from(peer))) return false;
+  return control(c).posted.value.load(std::memory_order_acquire) > received_[size_t(peer)];
 }
 
 void P2PChannels::consume(int peer) {
-  control(peer, rank_).consumed.value.store(++received_[size_t(peer)], std::memory_order_release);
+  control(in_[size_t(peer)]).consumed.value.store(++received_[size_t(peer)], std::memory_order_release);
 }
 
 uint64_t P2PChannels::judged_by(int peer) const {
-  return control(rank_, peer).judged.value.load(std::memory_order_acquire);
+  const Channel& c = out_[size_t(peer)];
+  return c.base ? control(c).judged.value.load(std::memory_order_acquire) : 0;
 }
 
 void P2PChannels::judge(int sender, uint64_t count) {
-  control(sender, rank_).judged.value.store(count, std::memory_order_release);
+  control(in_[size_t(sender)]).judged.value.store(count, std::memory_order_release);
 }
 
 bool P2PChannels::leave_notice(int sender, uint64_t message, const std::string& why) {
-  NoticeLine& n = notice(sender, rank_);
+  const Channel& c = in_[size_t(sender)];
+  NoticeLine& n = notice(c);
   const uint64_t left = n.left.load(std::memory_order_relaxed);  // this rank is its only writer
-  if (taken(sender, rank_).taken.load(std::memory_order_acquire) != left) return false;
+  if (taken(c).taken.load(std::memory_order_acquire) != left) return false;
   n.message = message;
   std::snprintf(n.why, sizeof(n.why), "%s", why.c_str());
   n.left.store(left + 1, std::memory_order_release);
@@ -141,9 +213,11 @@ bool P2PChannels::leave_notice(int sender, uint64_t message, const std::string& 
 }
 
 bool P2PChannels::take_notice(int receiver, uint64_t* message, std::string* why) {
-  NoticeLine& n = notice(rank_, receiver);
+  const Channel& c = out_[size_t(receiver)];
+  if (!c.base) return false;
+  NoticeLine& n = notice(c);
   const uint64_t left = n.left.load(std::memory_order_acquire);
-  std::atomic<uint64_t>& seen = taken(rank_, receiver).taken;
+  std::atomic<uint64_t>& seen = taken(c).taken;
   if (left == seen.load(std::memory_order_relaxed)) return false;  // this rank is its only writer
   *message = n.message;
   *why = std::string(n.why, strnlen(n.why, sizeof(n.why)));

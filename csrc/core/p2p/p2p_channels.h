@@ -1,6 +1,7 @@
-// The shared memory of point-to-point: a channel from each rank to each peer,
-// a notice line back, and a doorbell per rank. Bytes only; which message goes
-// into which frame, and what matches what, is the engine's (p2p_engine.h).
+// The shared memory of point-to-point: a channel from each rank to each peer
+// it sends to, a notice line back, and a doorbell per rank. Bytes only; which
+// message goes into which frame, and what matches what, is the engine's
+// (p2p_engine.h).
 //
 //   channel(from, to)  `frames` frames of `frame_bytes` each, a single-producer
 //                      single-consumer queue: `from` fills a frame (header and
@@ -18,15 +19,24 @@
 //                      consumed one from r, or left r a notice; r's progress
 //                      sleeps on it (a futex) when nothing else can move.
 //
-// The channels live in the session's segment, after the collectives' data
-// path (reserve() appends them to its region), so they share its set-up, its
-// peer watch, its abort and its clean-up.
+// A channel is made when its pair first talks, not at set-up: a group whose
+// ranks never send costs no channel memory, and one whose ranks send only to
+// their neighbours costs two channels a rank, not W - 1. The sender makes
+// channel(from, to) in a segment of its own (Session::make_segment), on its
+// first send to `to`, then sets its bit in `to`'s offer line (in the session's
+// segment) and rings `to`. The receiver maps it the first time it looks for
+// frames from `from` and finds the bit set (Session::fetch_segment, within the
+// session's timeout); a failure there aborts the session with the reason, as
+// a dead peer or a timeout does. The doorbells and offer lines live in the
+// session's segment, after the collectives' data path (reserve() appends
+// them to its region): O(W) words each.
 #pragma once
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "../transport/session.h"
 
@@ -49,34 +59,48 @@ struct FrameHeader {
 
 class P2PChannels {
  public:
-  // Adds the channels to the region the session's creator reserves (the data
-  // path's, whose params slots below kParamBase stay untouched). Large worlds
-  // get smaller frames so a rank's channels stay within a fixed budget.
+  // Adds the doorbells and offer lines to the region the session's creator
+  // reserves (after the data path's, whose params below kOffset stay
+  // untouched), and records the frame size every channel will have. Large
+  // worlds get smaller frames, so that a rank that sends to every peer keeps
+  // its channels within a fixed budget.
   static void reserve(DataRegion& region, int world, const P2PConfig& config);
+  // The bytes of one channel's segment in a region reserve() laid out.
+  static size_t channel_bytes(const DataRegion& region);
 
-  // Lays the channels over the session's region (sizes from its header).
+  // Lays the doorbells and offer lines over the session's region.
   explicit P2PChannels(Session& session);
+  ~P2PChannels();
 
   Session& session() const { return session_; }
   int rank() const { return rank_; }
   int world() const { return world_; }
   size_t frame_bytes() const { return frame_bytes_; }
 
-  // Sending to `peer`: whether a frame is free, then fill it and commit.
+  // Makes the channel to `peer` unless it exists (see above). Throws
+  // CommError when its memory cannot be had; nothing is sent then.
+  void open_to(int peer);
+  // Bytes of channel segments this rank has mapped (made and taken).
+  size_t mapped_bytes() const;
+
+  // Sending to `peer` (open_to() first): whether a frame is free, then fill it and commit.
   bool can_send(int peer) const;
-  FrameHeader& send_header(int peer) { return header(rank_, peer, sent_[size_t(peer)]); }
-  char* send_payload(int peer) { return payload(rank_, peer, sent_[size_t(peer)]); }
+  FrameHeader& send_header(int peer) { return header(out_[size_t(peer)], sent_[size_t(peer)]); }
+  char* send_payload(int peer) { return payload(out_[size_t(peer)], sent_[size_t(peer)]); }
   void commit(int peer);
 
   // Receiving from `peer`: whether a frame is there, then read it and consume.
-  bool can_recv(int peer) const;
-  const FrameHeader& recv_header(int peer) const { return header(peer, rank_, received_[size_t(peer)]); }
-  const char* recv_payload(int peer) const { return payload(peer, rank_, received_[size_t(peer)]); }
+  // Maps the channel from `peer` once it is offered; false until then.
+  bool can_recv(int peer);
+  const FrameHeader& recv_header(int peer) const { return header(in_[size_t(peer)], received_[size_t(peer)]); }
+  const char* recv_payload(int peer) const { return payload(in_[size_t(peer)], received_[size_t(peer)]); }
   void consume(int peer);
 
-  // How many of this rank's messages `peer` has judged (see judged above).
+  // How many of this rank's messages `peer` has judged (see judged above); 0
+  // before the channel to it exists.
   uint64_t judged_by(int peer) const;
-  // Publishes that `count` of `sender`'s messages are judged (never less than before).
+  // Publishes that `count` of `sender`'s messages are judged (never less than
+  // before); only ever for a sender whose frames this rank has read.
   void judge(int sender, uint64_t count);
 
   // Tells `sender` that its message `message` was refused and why. False when
@@ -121,21 +145,36 @@ class P2PChannels {
     std::atomic<uint32_t> sleepers{0};
   };
 
-  size_t pair(int from, int to) const { return size_t(from) * size_t(world_) + size_t(to); }
-  ChannelControl& control(int from, int to) const;
-  NoticeLine& notice(int from, int to) const;
-  TakenLine& taken(int from, int to) const;
+  // One channel's segment: its control lines, then the frames.
+  struct Channel {
+    ShmSegment segment;
+    char* base = nullptr;  // null: not made or taken yet
+  };
+  static size_t headers_offset();
+  static size_t payloads_offset(size_t frames);
+  static size_t channel_bytes(size_t frame_bytes, size_t frames);
+  ChannelControl& control(const Channel& c) const { return *reinterpret_cast<ChannelControl*>(c.base); }
+  NoticeLine& notice(const Channel& c) const;
+  TakenLine& taken(const Channel& c) const;
+  FrameHeader& header(const Channel& c, uint64_t frame) const;
+  char* payload(const Channel& c, uint64_t frame) const;
   Doorbell& doorbell(int r) const;
-  FrameHeader& header(int from, int to, uint64_t frame) const;
-  char* payload(int from, int to, uint64_t frame) const;
+  // `to`'s offer line: bit `from` is set once channel(from, to) exists.
+  std::atomic<uint64_t>* offers(int to) const;
+  bool offered_by(int from) const;
+  // Maps the channel from `peer`; false (and the session aborted, with the
+  // reason) when that fails.
+  bool take_from(int peer);
 
   Session& session_;
   const int rank_;
   const int world_;
-  char* base_;
+  char* base_;  // the doorbells, then the offer lines, in the session's segment
   size_t frame_bytes_;
   size_t frames_;
-  size_t notices_offset_, bells_offset_, headers_offset_, payloads_offset_;
+  size_t offers_offset_, offer_stride_;
+  std::vector<Channel> out_;  // by peer: channel(rank_, peer)
+  std::vector<Channel> in_;   // by peer: channel(peer, rank_)
   // Local mirrors (this rank is their only writer): frames committed to each
   // peer and consumed from each peer.
   std::vector<uint64_t> sent_;

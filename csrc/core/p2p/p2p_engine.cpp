@@ -76,6 +76,9 @@ void P2PEngine::post(const P2PHandle& op) {
     std::lock_guard<std::mutex> lock(mu_);
     if (closing_) throw CommError(rank_text(rank_) + ": " + describe(*op) + ": the communicator is closed");
     if (session_.aborted()) std::rethrow_exception(session_.aborted_error(describe(*op)));
+    // A pair's channel is made at its first send (p2p_channels.h); if that
+    // fails, the send raises here and nothing is queued.
+    if (op->kind == P2POp::Kind::kSend) ch_.open_to(op->peer);
     op->deadline_ns_ = monotonic_ns() + uint64_t(session_.policy().timeout_s * 1e9);
     ++outstanding_;
     const size_t peer = size_t(op->peer);
@@ -193,6 +196,11 @@ void P2PEngine::close() {
   ch_.ring(rank_);  // the helper may sleep on the doorbell
   if (helper_.joinable() && helper_.get_id() != std::this_thread::get_id()) helper_.join();
   complete(done);
+}
+
+size_t P2PEngine::channel_bytes() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ch_.mapped_bytes();
 }
 
 uint64_t P2PEngine::unexpected_messages() {

@@ -120,6 +120,8 @@ class P2PEngine {
   // Messages that arrived before their receive and were copied into a buffer
   // of their own (each a second copy): what the hold is there to avoid.
   uint64_t unexpected_messages();
+  // Bytes of channels made and taken so far (P2PChannels::mapped_bytes).
+  size_t channel_bytes();
 
  private:
   // A message that arrived before its receive was posted: its bytes wait here.

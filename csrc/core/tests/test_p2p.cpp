@@ -27,7 +27,8 @@ struct World {
 
   // Tiny frames by default: every message of more than a few bytes goes in
   // pieces, and a channel fills after two.
-  World(int world, double timeout_s = 20, size_t frame_bytes = 256, size_t frames = 2) {
+  World(int world, double timeout_s = 20, size_t frame_bytes = 256, size_t frames = 2,
+        ShmTransport transport = ShmTransport::kPosix) {
     WaitPolicy wait;
     wait.timeout_s = timeout_s;
     wait.spin_us = 2;
@@ -39,7 +40,10 @@ struct World {
     P2PChannels::reserve(region, world, p2p);
     for (int r = 0; r < world; ++r) {
       auto rk = std::make_unique<Rank>();
-      rk->session = r == 0 ? Session::create(0, world, new_segment_name(), wait, region)
+      const SegmentPlace place = transport == ShmTransport::kMemfd
+                                     ? SegmentPlace{transport, "", new_group_id(), new_group_secret()}
+                                     : SegmentPlace::named(new_segment_name());
+      rk->session = r == 0 ? Session::create(0, world, place, wait, region)
                            : Session::join(r, *ranks[0]->session);
       rk->channels = std::make_unique<P2PChannels>(*rk->session);
       rk->engine = std::make_unique<P2PEngine>(*rk->channels, [](uint32_t t) {
@@ -52,6 +56,7 @@ struct World {
   }
 
   P2PEngine& engine(int r) { return *ranks[size_t(r)]->engine; }
+  size_t channel_bytes(int r) { return engine(r).channel_bytes(); }
 
   std::vector<std::string> run(const std::function<void(int)>& fn) {
     std::vector<std::string> errors(ranks.size());
@@ -133,6 +138,36 @@ TEST(ping_pong_every_size_from_zero) {
   }
 }
 
+// A channel exists once its pair has talked, and only then: a group that never
+// sends maps none, a send maps one on each side of its pair, and over either
+// transport the bytes arrive.
+TEST(channels_are_made_when_a_pair_first_talks) {
+  for (ShmTransport transport : {ShmTransport::kPosix, ShmTransport::kMemfd}) {
+    World w(3, 20, 1024, 2, transport);
+    for (int r = 0; r < 3; ++r) CHECK(w.channel_bytes(r) == 0);
+    CHECK(no_errors(w.run([&](int r) {
+      std::vector<int32_t> v = pattern(1000, 0), got(1000);
+      if (r == 0) w.engine(0).wait(isend(w.engine(0), 1, 5, v));
+      if (r == 1) {
+        w.engine(1).wait(irecv(w.engine(1), 0, 5, got));
+        CHECK(got == v);
+      }
+    })));
+    const size_t one = w.channel_bytes(0);
+    CHECK(one > 0 && w.channel_bytes(1) == one && w.channel_bytes(2) == 0);
+    // The reverse direction is a channel of its own.
+    CHECK(no_errors(w.run([&](int r) {
+      std::vector<int32_t> v = pattern(10, 1), got(10);
+      if (r == 1) w.engine(1).wait(isend(w.engine(1), 0, 6, v));
+      if (r == 0) {
+        w.engine(0).wait(irecv(w.engine(0), P2POp::kAnySource, 6, got));
+        CHECK(got == v);
+      }
+    })));
+    CHECK(w.channel_bytes(0) == 2 * one && w.channel_bytes(1) == 2 * one && w.channel_bytes(2) == 0);
+  }
+}
+
 TEST(both_ranks_send_first_far_larger_than_the_channel) {
   // Blocking sends on both sides before either receives: 1 MB each way through
   // a channel of 2 x 256 bytes. Each rank's wait drains what arrives.
@@ -152,21 +187,24 @@ TEST(both_ranks_send_first_far_larger_than_the_channel) {
 
 TEST(ring_of_sends_with_receives_posted_at_once) {
   // 1F1B's steady state: each rank sends to the next while it receives from
-  // the one before, both posted before either is waited for.
-  for (int world : {2, 3, 4}) {
-    World w(world);
-    const size_t n = 50000;
-    std::vector<std::vector<int32_t>> got(static_cast<size_t>(world), std::vector<int32_t>(n));
-    auto errors = w.run([&](int r) {
-      auto mine = pattern(n, r);
-      P2PEngine& e = w.engine(r);
-      auto s = isend(e, (r + 1) % world, 3, mine);
-      auto v = irecv(e, (r + world - 1) % world, 3, got[size_t(r)]);
-      e.wait(s);
-      e.wait(v);
-    });
-    CHECK(no_errors(errors));
-    for (int r = 0; r < world; ++r) CHECK(got[size_t(r)] == pattern(n, (r + world - 1) % world));
+  // the one before, both posted before either is waited for. Over both
+  // transports: the channels are made while the ring is already under way.
+  for (ShmTransport transport : {ShmTransport::kPosix, ShmTransport::kMemfd}) {
+    for (int world : {2, 3, 4}) {
+      World w(world, 20, 256, 2, transport);
+      const size_t n = 50000;
+      std::vector<std::vector<int32_t>> got(static_cast<size_t>(world), std::vector<int32_t>(n));
+      auto errors = w.run([&](int r) {
+        auto mine = pattern(n, r);
+        P2PEngine& e = w.engine(r);
+        auto s = isend(e, (r + 1) % world, 3, mine);
+        auto v = irecv(e, (r + world - 1) % world, 3, got[size_t(r)]);
+        e.wait(s);
+        e.wait(v);
+      });
+      CHECK(no_errors(errors));
+      for (int r = 0; r < world; ++r) CHECK(got[size_t(r)] == pattern(n, (r + world - 1) % world));
+    }
   }
 }
 

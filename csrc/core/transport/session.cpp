@@ -1,6 +1,7 @@
 #include "session.h"
 
 #include <sched.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -17,6 +18,12 @@ namespace {
 constexpr uint64_t kSleepSliceNs = 2'000'000;    // re-check abort, deadline and peers this often
 constexpr uint64_t kLivenessEveryNs = 1'000'000;  // ask the kernel about peers at most this often
 
+// This process's PID namespace: the inode of /proc/self/ns/pid (0 if unreadable).
+uint64_t pid_namespace() {
+  struct stat st;
+  return stat("/proc/self/ns/pid", &st) == 0 ? uint64_t(st.st_ino) : 0;
+}
+
 void check_args(int rank, int world) {
   if (world < 1) throw InvalidArgument("world size must be at least 1");
   if (rank < 0 || rank >= world) throw InvalidArgument("rank out of range");
@@ -30,13 +37,39 @@ uint64_t monotonic_ns() {
   return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
 }
 
-std::unique_ptr<Session> Session::create(int rank, int world, const std::string& name,
+const char* transport_name(ShmTransport t) {
+  return t == ShmTransport::kMemfd ? "memfd" : "posix";
+}
+
+std::string SegmentPlace::to_string() const {
+  if (transport == ShmTransport::kPosix) return "posix:" + name;
+  return "memfd:" + group_id + ":" + secret_to_hex(secret);
+}
+
+SegmentPlace SegmentPlace::parse(const std::string& text) {
+  const size_t colon = text.find(':');
+  const std::string kind = text.substr(0, colon);
+  if (colon != std::string::npos && kind == "posix" && colon + 1 < text.size()) {
+    return named(text.substr(colon + 1));
+  }
+  const size_t second = colon == std::string::npos ? colon : text.find(':', colon + 1);
+  if (kind == "memfd" && second != std::string::npos && second > colon + 1) {
+    return {ShmTransport::kMemfd, "", text.substr(colon + 1, second - colon - 1),
+            secret_from_hex(text.substr(second + 1))};
+  }
+  throw InvalidArgument("place: expected 'posix:<name>' or 'memfd:<group id>:<secret>', got '" +
+                        text.substr(0, 80) + "'");
+}
+
+std::unique_ptr<Session> Session::create(int rank, int world, const SegmentPlace& place,
                                          const WaitPolicy& policy, const DataRegion& data) {
   check_args(rank, world);
   const size_t data_offset = data_region_offset(world);
-  const size_t total = data_offset + align_up(data.bytes, 4096);
-  ShmSegment seg = ShmSegment::create(name, total);
-  // posix_fallocate zero-filled the pages: every counter starts at 0.
+  const size_t total = segment_bytes(world, data);
+  const bool memfd = place.transport == ShmTransport::kMemfd;
+  ShmSegment seg = memfd ? ShmSegment::create_anonymous(place.group_id, total)
+                         : ShmSegment::create(place.name, total);
+  // The pages were reserved zeroed: every counter starts at 0.
   Header* h = static_cast<Header*>(seg.data());
   h->version = kLayoutVersion;
   h->world = uint32_t(world);
@@ -44,9 +77,24 @@ std::unique_ptr<Session> Session::create(int rank, int world, const std::string&
   h->data_offset = data_offset;
   h->data_bytes = data.bytes;
   for (int i = 0; i < kDataParams; ++i) h->data_params[i] = data.params[i];
+  h->transport = uint32_t(place.transport);
+  // posix groups name their channels after a group id too: one of their own.
+  const std::string group_id = memfd ? place.group_id : new_group_id();
+  if (group_id.size() >= sizeof(h->group_id)) throw InvalidArgument("group id too long: " + group_id);
+  std::snprintf(h->group_id, sizeof(h->group_id), "%s", group_id.c_str());
+  std::memcpy(h->secret, place.secret.data(), sizeof(h->secret));
   h->magic.store(kSegmentMagic, std::memory_order_release);
-  return std::unique_ptr<Session>(
+  std::unique_ptr<Session> session(
       new Session(rank, world, std::make_shared<ShmSegment>(std::move(seg)), policy));
+  if (memfd) {
+    session->server_ = std::make_unique<SegmentServer>(server_address(group_id, rank), place.secret);
+    session->server_->offer(kSessionKey, session->segment_->fd());
+  }
+  return session;
+}
+
+size_t Session::segment_bytes(int world, const DataRegion& data) {
+  return data_region_offset(world) + align_up(data.bytes, 4096);
 }
 
 std::unique_ptr<Session> Session::join(int rank, const Session& creator) {
@@ -54,15 +102,27 @@ std::unique_ptr<Session> Session::join(int rank, const Session& creator) {
   return std::unique_ptr<Session>(new Session(rank, creator.world_, creator.segment_, creator.policy_));
 }
 
-std::unique_ptr<Session> Session::attach(int rank, int world, const std::string& name,
+std::unique_ptr<Session> Session::attach(int rank, int world, const SegmentPlace& place,
                                          const WaitPolicy& policy) {
   check_args(rank, world);
-  ShmSegment seg = ShmSegment::open(name);
+  const std::string who = "rank " + std::to_string(rank);
+  ShmSegment seg;
+  std::string what;
+  if (place.transport == ShmTransport::kMemfd) {
+    what = "rank 0's session segment";
+    const uint64_t deadline = monotonic_ns() + uint64_t(policy.timeout_s * 1e9);
+    const int fd = core::fetch_segment(server_address(place.group_id, 0), place.secret, kSessionKey,
+                                       deadline, who + ": fetching " + what);
+    seg = ShmSegment::from_fd(fd, what);
+  } else {
+    what = "shared memory " + place.name;
+    seg = ShmSegment::open(place.name);
+  }
   const Header* h = static_cast<const Header*>(seg.data());
   if (seg.size() < sizeof(Header) || h->magic.load(std::memory_order_acquire) != kSegmentMagic ||
-      h->version != kLayoutVersion ||
-      h->world != uint32_t(world) || h->total_bytes != seg.size()) {
-    throw CommError("rank " + std::to_string(rank) + ": shared memory " + name +
+      h->version != kLayoutVersion || h->world != uint32_t(world) || h->total_bytes != seg.size() ||
+      h->transport != uint32_t(place.transport)) {
+    throw CommError(who + ": " + what +
                     " is not a pycomm segment for this world size (a stale or foreign segment?)");
   }
   return std::unique_ptr<Session>(
@@ -71,19 +131,82 @@ std::unique_ptr<Session> Session::attach(int rank, int world, const std::string&
 
 Session::Session(int rank, int world, std::shared_ptr<ShmSegment> segment, const WaitPolicy& policy)
     : rank_(rank), world_(world), segment_(std::move(segment)), policy_(policy) {
+  control(rank_).own.pid_ns.store(pid_namespace(), std::memory_order_relaxed);
   control(rank_).own.pid.store(int32_t(getpid()), std::memory_order_release);
   header().attached.fetch_add(1, std::memory_order_acq_rel);
 }
 
 Session::~Session() = default;
 
+void Session::unlink_name() {
+  if (transport() == ShmTransport::kPosix) {
+    segment_->unlink();
+    return;
+  }
+  std::lock_guard<std::mutex> lock(server_mu_);
+  if (server_) server_->withdraw(kSessionKey);
+}
+
+std::string Session::segment_name(int owner, uint64_t key) const {
+  // pycomm-<maker's pid>-...: remove_stale_segments() finds what a killed maker left.
+  return "pycomm-" + std::to_string(control(owner).own.pid.load(std::memory_order_acquire)) + "-" +
+         header().group_id + "-" + std::to_string(owner) + "-" + std::to_string(key);
+}
+
+ShmSegment Session::make_segment(uint64_t key, size_t bytes) {
+  if (transport() == ShmTransport::kPosix) return ShmSegment::create(segment_name(rank_, key), bytes);
+  ShmSegment seg = ShmSegment::create_anonymous(std::string(header().group_id) + "-" +
+                                                    std::to_string(rank_) + "-" + std::to_string(key),
+                                                bytes);
+  std::lock_guard<std::mutex> lock(server_mu_);
+  if (!server_) {
+    GroupSecret secret;
+    std::memcpy(secret.data(), header().secret, secret.size());
+    server_ = std::make_unique<SegmentServer>(server_address(header().group_id, rank_), secret);
+  }
+  server_->offer(key, seg.fd());
+  seg.close_fd();  // the server holds its own
+  return seg;
+}
+
+ShmSegment Session::fetch_segment(int owner, uint64_t key) {
+  const std::string what = "rank " + std::to_string(owner) + "'s segment " + std::to_string(key);
+  if (transport() == ShmTransport::kPosix) {
+    ShmSegment seg = ShmSegment::open(segment_name(owner, key));
+    seg.unlink();  // both ranks map it: nobody needs the name any more
+    return seg;
+  }
+  GroupSecret secret;
+  std::memcpy(secret.data(), header().secret, secret.size());
+  const uint64_t deadline = monotonic_ns() + uint64_t(policy_.timeout_s * 1e9);
+  // A dead owner's address may still take connections (a child it forked
+  // holds the socket): stop waiting once the session is aborted or a peer is gone.
+  const std::string who = "rank " + std::to_string(rank_) + ": fetching " + what;
+  auto still_waiting = [&] {
+    if (aborted()) throw CommError(aborted_message("fetching " + what));
+    if (watch_.first_dead() >= 0) throw CommError(who + ": a peer exited");
+  };
+  ShmSegment seg = ShmSegment::from_fd(
+      core::fetch_segment(server_address(header().group_id, owner), secret, key, deadline, who, still_waiting),
+      what);
+  seg.close_fd();  // only its maker offers it
+  return seg;
+}
+
 void Session::start() {
   if (header().attached.load(std::memory_order_acquire) != uint32_t(world_)) {
     throw CommError("rank " + std::to_string(rank_) +
                     ": not every rank attached to the shared memory segment");
   }
+  // A peer in another PID namespace is not watched (its pid means another
+  // process here): its death is seen at the deadline instead.
   std::vector<pid_t> pids(static_cast<size_t>(world_));
-  for (int r = 0; r < world_; ++r) pids[size_t(r)] = pid_t(control(r).own.pid.load(std::memory_order_acquire));
+  const uint64_t my_ns = pid_namespace();
+  for (int r = 0; r < world_; ++r) {
+    const pid_t pid = pid_t(control(r).own.pid.load(std::memory_order_acquire));
+    const bool same = my_ns != 0 && control(r).own.pid_ns.load(std::memory_order_relaxed) == my_ns;
+    pids[size_t(r)] = same ? pid : 0;  // an unknown namespace is not assumed to be ours
+  }
   watch_.watch(pids, getpid());
 }
 

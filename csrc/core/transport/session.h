@@ -22,11 +22,13 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "../collective.h"
 #include "peer_watch.h"
+#include "segment_exchange.h"
 #include "session_layout.h"
 #include "shm_segment.h"
 
@@ -44,6 +46,29 @@ struct WaitPolicy {
   double yield_us = 200.0;
 };
 
+// How a group's segments travel between its ranks, agreed by all of them at
+// set-up (pycomm/rendezvous.py):
+//   memfd  anonymous memory, its descriptor passed over an abstract Unix socket
+//          to a peer that proves it belongs to the group (segment_exchange.h):
+//          nothing is ever named anywhere, so a crash leaves nothing behind;
+//   posix  a file in shm_dir() (/dev/shm, or $PYCOMM_SHM_DIR), unlinked once
+//          mapped: the fallback where memfds or abstract sockets are refused.
+enum class ShmTransport : uint32_t { kPosix = 1, kMemfd = 2 };
+const char* transport_name(ShmTransport t);
+
+// Where a group's session segment is found.
+struct SegmentPlace {
+  ShmTransport transport = ShmTransport::kPosix;
+  std::string name;      // posix: the session segment's name in shm_dir()
+  std::string group_id;  // memfd: whose servers to ask (server_address())
+  GroupSecret secret{};  // memfd: what proves membership to them
+
+  static SegmentPlace named(const std::string& name) { return {ShmTransport::kPosix, name, "", {}}; }
+  // As the store carries it: "posix:<name>" or "memfd:<group id>:<secret in hex>".
+  std::string to_string() const;
+  static SegmentPlace parse(const std::string& text);  // InvalidArgument if malformed
+};
+
 // What the creator reserves for the data path behind the session's control.
 struct DataRegion {
   size_t bytes = 0;
@@ -52,13 +77,21 @@ struct DataRegion {
 
 class Session {
  public:
-  // Rank 0 creates the segment (a fresh name, see new_segment_name()); the
-  // others attach to the name it shares through the store. Call start() once
-  // every rank has attached, then unlink_name().
-  static std::unique_ptr<Session> create(int rank, int world, const std::string& name,
+  // Rank 0 creates the segment (posix: under a fresh name, see
+  // new_segment_name(); memfd: anonymous, offered by its server); the others
+  // attach to the place it shares through the store. Call start() once every
+  // rank has attached, then unlink_name().
+  static std::unique_ptr<Session> create(int rank, int world, const SegmentPlace& place,
                                          const WaitPolicy& policy, const DataRegion& data);
-  static std::unique_ptr<Session> attach(int rank, int world, const std::string& name,
+  static std::unique_ptr<Session> attach(int rank, int world, const SegmentPlace& place,
                                          const WaitPolicy& policy);
+  // The size of the session segment of `world` ranks with `data` behind it.
+  static size_t segment_bytes(int world, const DataRegion& data);
+  // A named (posix) segment: what the native tests use.
+  static std::unique_ptr<Session> create(int rank, int world, const std::string& name,
+                                         const WaitPolicy& policy, const DataRegion& data) {
+    return create(rank, world, SegmentPlace::named(name), policy, data);
+  }
   // Another rank in this process, sharing `creator`'s mapping. Native tests run
   // ranks as threads this way, so ThreadSanitizer sees every rank's accesses
   // at the same addresses.
@@ -70,12 +103,26 @@ class Session {
   // Reads every rank's pid and starts watching the peers. Fails if a rank has
   // not attached.
   void start();
-  void unlink_name() { segment_->unlink(); }
+  // Makes the session segment unobtainable to anyone else: its name is
+  // removed (posix), or its server stops offering it (memfd).
+  void unlink_name();
 
   int rank() const { return rank_; }
   int world() const { return world_; }
   const std::string& name() const { return segment_->name(); }
   const WaitPolicy& policy() const { return policy_; }
+  ShmTransport transport() const { return ShmTransport(header().transport); }
+
+  // The group's other segments (point-to-point channels), each made by one
+  // rank for one peer. make_segment() creates `bytes` of zeroed shared memory
+  // and offers it under `key` (memfd: through this rank's server, started on
+  // first use; posix: under a name derived from the group, this rank's pid and
+  // the key); fetch_segment() maps what `owner` offered under `key`, within
+  // the session's timeout. Both throw CommError naming the ranks. The caller
+  // keeps the segment: a posix one stays named until the peer took it
+  // (fetch unlinks it) or its maker unlinks it.
+  ShmSegment make_segment(uint64_t key, size_t bytes);
+  ShmSegment fetch_segment(int owner, uint64_t key);
 
   // The data path's region of the segment and what the creator recorded of it.
   char* data_region() const { return at(header().data_offset); }
@@ -145,11 +192,18 @@ class Session {
   [[noreturn]] void fail_aborted() const;
   std::string where() const;
 
+  // posix: the name under which `owner` offers `key`.
+  std::string segment_name(int owner, uint64_t key) const;
+
   int rank_;
   int world_;
   std::shared_ptr<ShmSegment> segment_;
   WaitPolicy policy_;
   PeerWatch watch_;
+  // memfd: what this rank offers its peers (rank 0: the session from create()
+  // on; the others from their first make_segment()).
+  std::mutex server_mu_;
+  std::unique_ptr<SegmentServer> server_;
 
   uint64_t arrived_ = 0;  // local mirror of control(rank_).own.arrived
   const char* what_ = "collective";

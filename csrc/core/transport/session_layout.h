@@ -31,7 +31,8 @@ constexpr size_t kLine = 128;
 constexpr uint64_t kSegmentMagic = 0x31304d4d4f435950ULL;  // "PYCOMM01"
 // 2: fingerprints gained root and divisor; data paths moved out of the session.
 // 3: the header says whether a peer's exit caused the abort (abort_dead).
-constexpr uint32_t kLayoutVersion = 3;
+// 4: the header holds the group's transport, id and secret (segment_exchange.h).
+constexpr uint32_t kLayoutVersion = 4;
 constexpr int kDataParams = 8;
 
 // Written by the owning rank only.
@@ -42,6 +43,10 @@ struct alignas(kLine) OwnerLine {
   // until the owner has seen every peer arrive at k+1.
   std::atomic<uint64_t> arrived{0};
   std::atomic<int32_t> pid{0};
+  // The PID namespace `pid` is a number of (its /proc/self/ns/pid inode): a
+  // peer watches it only from the same namespace (containers of one pod share
+  // the network, so the memfd transport, but not always the PIDs).
+  std::atomic<uint64_t> pid_ns{0};
   Fingerprint fingerprint[2];
 };
 
@@ -71,6 +76,13 @@ struct alignas(kLine) Header {
   uint64_t data_offset;
   uint64_t data_bytes;
   uint64_t data_params[kDataParams];  // the data path's own description of its region
+  // Where the group's other segments (point-to-point channels) come from: the
+  // transport (ShmTransport), the group's id (servers' addresses, or the
+  // channels' names in shm_dir()) and its secret. Only the group's ranks can
+  // read them: the secret reaches a rank with this segment, or through the store.
+  uint32_t transport;
+  char group_id[40];
+  uint8_t secret[32];
   // Ranks that have mapped the segment; the segment's name is unlinked once
   // this reaches world.
   std::atomic<uint32_t> attached;
