@@ -362,15 +362,34 @@ def test_receive_without_a_send_times_out_naming_the_peer(backend_worlds):
     print(f"[fault] p2p recv with no send: CommTimeout after {seconds:.2f} s: {msg}")
 
 
+def die_now(stamp_path):
+    """Writes when this rank dies, then kills it with SIGKILL."""
+    with open(stamp_path, "w") as f:
+        f.write(repr(time.monotonic()))
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def run_with_a_death(tmp_path, world_size, case, dying_rank):
+    """Runs case(stamp_path) on a fresh world in which `dying_rank` dies; returns
+    the survivors' results and when it died, and checks nothing stayed in /dev/shm."""
+    stamp = tmp_path / "death"
+    world = ProcessWorld(world_size, comm_timeout=60.0, backend=TEST_BACKEND)
+    pids = world.pids
+    try:
+        results = world.run(case, str(stamp), may_die=(dying_rank,), timeout=120)
+    finally:
+        world.kill()
+    assert not segments_of(pids), f"left in /dev/shm: {segments_of(pids)}"
+    return results, float(stamp.read_text())
+
+
 def dead_peer_case(stamp_path):
     rank = dist.get_rank()
     dist.barrier()
     if rank == 1:
         def die():
             time.sleep(0.5)
-            with open(stamp_path, "w") as f:
-                f.write(repr(time.monotonic()))
-            os.kill(os.getpid(), signal.SIGKILL)
+            die_now(stamp_path)
         threading.Thread(target=die, daemon=True).start()
         time.sleep(60)
     if rank == 0:
@@ -382,17 +401,10 @@ def dead_peer_case(stamp_path):
 
 @fault_only
 def test_dead_peer_is_named_within_two_seconds(tmp_path):
-    stamp = tmp_path / "death"
-    world = ProcessWorld(2, comm_timeout=60.0, backend=TEST_BACKEND)
-    pids = world.pids
-    try:
-        results = world.run(dead_peer_case, str(stamp), may_die=(1,), timeout=120)
-    finally:
-        world.kill()
+    results, died = run_with_a_death(tmp_path, 2, dead_peer_case, 1)
     kind, msg, _, seen = results[0]
     assert kind == "PeerDied" and "rank 1" in msg and "exited" in msg, (kind, msg)
-    assert seen - float(stamp.read_text()) < 2.0 + SLACK
-    assert not segments_of(pids), f"left in /dev/shm: {segments_of(pids)}"
+    assert seen - died < 2.0 + SLACK
 
 
 def dies_making_its_channel_case(stamp_path):
@@ -403,9 +415,7 @@ def dies_making_its_channel_case(stamp_path):
     dist.barrier()
     if rank == 2:
         dist.isend(torch.ones(BIG), dst=1)
-        with open(stamp_path, "w") as f:
-            f.write(repr(time.monotonic()))
-        os.kill(os.getpid(), signal.SIGKILL)
+        die_now(stamp_path)
     if rank == 1:
         result = outcome(lambda: dist.recv(torch.zeros(BIG), src=2))
         return result + (time.monotonic(),)
@@ -416,16 +426,8 @@ def dies_making_its_channel_case(stamp_path):
 
 @fault_only
 def test_a_rank_killed_as_it_makes_a_channel_is_named_by_every_rank(tmp_path):
-    stamp = tmp_path / "death"
-    world = ProcessWorld(3, comm_timeout=60.0, backend=TEST_BACKEND)
-    pids = world.pids
-    try:
-        results = world.run(dies_making_its_channel_case, str(stamp), may_die=(2,), timeout=120)
-    finally:
-        world.kill()
-    died = float(stamp.read_text())
+    results, died = run_with_a_death(tmp_path, 3, dies_making_its_channel_case, 2)
     for rank in (0, 1):
         kind, msg, _, seen = results[rank]
         assert kind == "PeerDied" and "rank 2" in msg and "exited" in msg, (rank, kind, msg)
         assert seen - died < 2.0 + SLACK, (rank, seen - died)
-    assert not segments_of(pids), f"left in /dev/shm: {segments_of(pids)}"
