@@ -84,6 +84,7 @@ void Completions::post(std::shared_ptr<WorkItem> item, std::exception_ptr err) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.emplace_back(std::move(item), std::move(err));
+    ++unfinished_;
     if (!thread_.joinable() && !stopping_) thread_ = std::thread([this] { loop(); });
   }
   cv_.notify_one();
@@ -94,7 +95,7 @@ void Completions::loop() {
   core::name_this_thread("pycomm-lane");
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    cv_.wait(lock, [&] { return !queue_.empty() || stopping_; });
+    cv_.wait(lock, [&] { return (!queue_.empty() || stopping_) && !turn_taken_; });
     if (queue_.empty()) return;  // stopping, nothing left
     auto [item, err] = std::move(queue_.front());
     queue_.pop_front();
@@ -104,7 +105,23 @@ void Completions::loop() {
     // GIL in its destructor (lock order: GIL, then mu_).
     item.reset();
     lock.lock();
+    --unfinished_;
   }
+}
+
+bool Completions::take_turn() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (unfinished_ > 0 || turn_taken_) return false;
+  turn_taken_ = true;
+  return true;
+}
+
+void Completions::release_turn() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    turn_taken_ = false;
+  }
+  cv_.notify_all();
 }
 
 void Completions::stop() {
@@ -182,6 +199,32 @@ std::shared_ptr<WorkItem> Communicator::enqueue(Job job) {
   }
   cv_.notify_all();
   return item;
+}
+
+bool Communicator::run_if_next(const std::shared_ptr<WorkItem>& item) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // A CUDA job runs on the worker, whose streams and devices it was made for.
+    if (closing_ || busy_ || queue_.empty() || queue_.front() != item || !item->job.devices.empty())
+      return false;
+    queue_.pop_front();
+    busy_ = true;
+  }
+  if (item->traced) item->times.started_ns = core::monotonic_ns();
+  std::exception_ptr err = run(item->job);
+  if (item->traced) item->times.ended_ns = core::monotonic_ns();
+  // Futures complete in call order: here only if the lane holds no earlier
+  // one, and then nothing later completes before this one. Completed after
+  // busy_ clears, as the worker's are, so a callback may issue and wait for
+  // further collectives.
+  const bool here = item->from_lane || completions_.take_turn();
+  if (!here) completions_.post(item, err);
+  release_claim();
+  if (here) {
+    item->finish(std::move(err));
+    if (!item->from_lane) completions_.release_turn();
+  }
+  return true;
 }
 
 void Communicator::flush() {

@@ -92,6 +92,11 @@ class Completions {
   ~Completions();
   void post(std::shared_ptr<WorkItem> item, std::exception_ptr err);
   void stop();  // completes what was posted, then joins the thread
+  // Takes the lane's turn for a completion the caller makes itself, if the
+  // lane has none queued or running (else false); nothing posted later is
+  // completed before release_turn().
+  bool take_turn();
+  void release_turn();
   // Whether the calling thread is the lane's (a callback runs on it).
   static bool on_lane();
 
@@ -103,6 +108,8 @@ class Completions {
   std::deque<std::pair<std::shared_ptr<WorkItem>, std::exception_ptr>> queue_;
   std::thread thread_;
   bool stopping_ = false;
+  int unfinished_ = 0;  // posted and not yet completed
+  bool turn_taken_ = false;
 };
 
 // What a group of `world` ranks with `config` maps: its session segment
@@ -156,6 +163,12 @@ class Communicator {
   }
   // Queues `job` for the worker thread; its item completes its future.
   std::shared_ptr<WorkItem> enqueue(Job job);
+  // Runs a queued CPU job in the caller's thread, if it is the next one and
+  // nothing runs, and returns true; false: the worker has it or will. A
+  // caller that waits for its own job at once (c10d's functional
+  // collectives queue every call, then wait) thus skips the hops to the
+  // worker and the completion lane.
+  bool run_if_next(const std::shared_ptr<WorkItem>& item);
   // Blocks until every queued collective has finished (each is bounded by
   // its deadline).
   void flush();

@@ -94,6 +94,20 @@ inline bool to_core_op(const c10d::ReduceOp& op, core::ReduceOp* out, bool* prem
   }
 }
 
+// The c10d ReduceOp of a core op (pycomm.all_reduce's and the op's names).
+inline c10d::ReduceOp c10d_op_of(core::ReduceOp op) {
+  switch (op) {
+    case core::ReduceOp::kAvg: return c10d::ReduceOp(c10d::ReduceOp::AVG);
+    case core::ReduceOp::kMax: return c10d::ReduceOp(c10d::ReduceOp::MAX);
+    case core::ReduceOp::kMin: return c10d::ReduceOp(c10d::ReduceOp::MIN);
+    case core::ReduceOp::kProduct: return c10d::ReduceOp(c10d::ReduceOp::PRODUCT);
+    case core::ReduceOp::kBand: return c10d::ReduceOp(c10d::ReduceOp::BAND);
+    case core::ReduceOp::kBor: return c10d::ReduceOp(c10d::ReduceOp::BOR);
+    case core::ReduceOp::kBxor: return c10d::ReduceOp(c10d::ReduceOp::BXOR);
+    default: return c10d::ReduceOp(c10d::ReduceOp::SUM);
+  }
+}
+
 // A name of core::kAllReduceAlgorithms (algorithm="ring", ...).
 inline bool to_core_algorithm(const std::string& s, core::Algorithm* out) {
   for (core::Algorithm a : core::kAllReduceAlgorithms) {

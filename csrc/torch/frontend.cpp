@@ -19,14 +19,19 @@ namespace {
 // (CommTimeout, CollectiveMismatch), the future holds the output tensors.
 class Work : public c10d::Work {
  public:
-  Work(int rank, c10d::OpType type, std::shared_ptr<WorkItem> item)
-      : c10d::Work(rank, type), item_(std::move(item)) {}
+  Work(int rank, c10d::OpType type, std::shared_ptr<WorkItem> item,
+       std::weak_ptr<Communicator> comm = {})
+      : c10d::Work(rank, type), item_(std::move(item)), comm_(std::move(comm)) {}
 
   bool isCompleted() override { return item_->completed(); }
   bool isSuccess() const override { return item_->completed() && !item_->error(); }
   std::exception_ptr exception() const override { return item_->error(); }
   // pycomm's own deadline bounds every wait; c10d's timeout adds nothing.
   bool wait(std::chrono::milliseconds /*timeout*/) override {
+    // Not started yet: the waiter runs it, rather than sleep while the worker does.
+    if (!item_->completed()) {
+      if (auto comm = comm_.lock()) comm->run_if_next(item_);
+    }
     item_->wait();
     return true;
   }
@@ -35,6 +40,7 @@ class Work : public c10d::Work {
 
  private:
   std::shared_ptr<WorkItem> item_;
+  std::weak_ptr<Communicator> comm_;  // of a queued job
 };
 
 void note(FrontEnd::Where& w, const at::Tensor& t) {
@@ -253,7 +259,7 @@ c10::intrusive_ptr<c10d::Work> FrontEnd::launch(c10d::OpType type, Job job, bool
     item->wait();
     return {};
   }
-  return c10::make_intrusive<Work>(getRank(), type, std::move(item));
+  return c10::make_intrusive<Work>(getRank(), type, std::move(item), comm_);
 }
 
 c10d::Backend& FrontEnd::fallback() {

@@ -58,16 +58,6 @@ void parse_names(const std::string& op, const std::string& algorithm, core::Redu
                     " (two_shot: CUDA tensors only)");
 }
 
-c10d::ReduceOp c10d_op_of(core::ReduceOp op) {
-  switch (op) {
-    case core::ReduceOp::kAvg: return c10d::ReduceOp(c10d::ReduceOp::AVG);
-    case core::ReduceOp::kMax: return c10d::ReduceOp(c10d::ReduceOp::MAX);
-    case core::ReduceOp::kMin: return c10d::ReduceOp(c10d::ReduceOp::MIN);
-    case core::ReduceOp::kProduct: return c10d::ReduceOp(c10d::ReduceOp::PRODUCT);
-    default: return c10d::ReduceOp(c10d::ReduceOp::SUM);
-  }
-}
-
 // The front-end behind a backend that make_backend or
 // make_hierarchical_backend made.
 FrontEnd& frontend_of(const c10::intrusive_ptr<c10d::Backend>& backend) {

@@ -1,0 +1,70 @@
+// torch.ops.pycomm.all_reduce_(tensor, op, group_name): an in-place all-reduce
+// over a c10d group, one dispatcher op that returns when it is done. It is the
+// op a model calls once a layer (vLLM's and SGLang's CPU models each carry a
+// private one): no Work, no Future and no registry entry is made, and its fake
+// kernel lets torch.compile keep it inside a graph.
+//
+// On a group whose backend is pycomm's, it enters the front-end's all-reduce
+// entry (the one dist.all_reduce takes) as a blocking call, so an idle
+// communicator runs it in the caller's thread. On any other group (gloo, NCCL)
+// it is that group's all_reduce, waited for: a model written against the op
+// runs on every backend.
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/GroupRegistry.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/library.h>
+
+#include <string>
+
+#include "dtype_map.h"
+#include "frontend.h"
+
+namespace pycomm {
+namespace {
+
+c10::intrusive_ptr<c10d::ProcessGroup> group_named(const std::string& name) {
+  try {
+    return c10d::resolve_process_group(name);
+  } catch (const c10::Error&) {
+    C10_THROW_ERROR(ValueError, c10::str("all_reduce_: group_name: no process group is registered as '",
+                                         name, "' (pass group.group_name of a live group)"));
+  }
+}
+
+void all_reduce_(at::Tensor& tensor, const std::string& op, const std::string& group_name) {
+  core::ReduceOp o;
+  TORCH_CHECK_VALUE(to_core_op(op, &o), "all_reduce_: op: unknown reduction '", op, "'; expected one of ",
+                    joined_names(core::kReduceOps, core::op_name));
+  const c10::intrusive_ptr<c10d::ProcessGroup> group = group_named(group_name);
+  c10d::AllreduceOptions opts;
+  opts.reduceOp = c10d_op_of(o);
+  std::vector<at::Tensor> tensors{tensor};
+  const c10::intrusive_ptr<c10d::Backend> backend = group->getBackend(tensor.device().type());
+  if (auto* front = dynamic_cast<FrontEnd*>(backend.get())) {
+    opts.asyncOp = false;
+    FrontEnd::AllReduceCall call;
+    call.blocking = true;
+    call.restore = front->communicator()->config().tuning.restore_on_failure;
+    c10::intrusive_ptr<c10d::Work> work = front->all_reduce(tensors, opts, call);
+    if (work) work->wait();  // the fallback's (a dtype pycomm does not reduce)
+  } else {
+    group->allreduce(tensors, opts)->wait();
+  }
+}
+
+// What torch.compile traces with: the tensor keeps its shape and dtype
+// (FakeTensor runs the Meta kernel of an op that has no Python one).
+void all_reduce_meta(at::Tensor& /*tensor*/, const std::string& /*op*/, const std::string& /*group_name*/) {}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(pycomm, m) {
+  // Returns nothing: functionalization (torch.compile) takes a custom op that
+  // mutates its input only when it returns no alias of it.
+  m.def("all_reduce_(Tensor(a!) tensor, str op, str group_name) -> ()");
+}
+TORCH_LIBRARY_IMPL(pycomm, CPU, m) { m.impl("all_reduce_", &all_reduce_); }
+TORCH_LIBRARY_IMPL(pycomm, CUDA, m) { m.impl("all_reduce_", &all_reduce_); }
+TORCH_LIBRARY_IMPL(pycomm, Meta, m) { m.impl("all_reduce_", &all_reduce_meta); }
+
+}  // namespace pycomm
