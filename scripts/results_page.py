@@ -368,6 +368,65 @@ def training_tables(name: str, path: str, doc: dict) -> List[str]:
     return out
 
 
+# --------------------------------------------------------------------------- inference
+
+def tp_tables(name: str, path: str, doc: dict) -> List[str]:
+    """bench/tp_inference.py: each mode's decode and prefill, then where a decode step goes."""
+    m = doc["meta"]
+    out = [f"- transformers' tensor parallelism, TP={m.get('ranks')} on {m.get('cores')} cores: a "
+           f"Llama-shaped model with random weights ({m.get('layers')} layers, hidden {m.get('hidden')}, "
+           f"{m.get('heads')} heads / {m.get('kv_heads')} KV, vocabulary {m.get('vocab')}); decode: "
+           f"{m.get('tokens')} tokens after {m.get('prompt')}; prefill: one forward of {m.get('prefill')} "
+           f"tokens; {m.get('rounds')} rounds, the modes in turns; a TP mode's time is its slowest rank's",
+           "- ceiling: TP on torch's fake process group (every collective returns at once and moves "
+           "nothing); no_tp: one process on all the cores; = gloo: the same tokens as gloo's in "
+           "every round", ""]
+    modes = [r for r in doc["rows"] if r.get("kind") == "mode"]
+    yes = {True: "yes", False: "NO", None: "-"}
+    out += table(["mode", "decode ms/token", "±", "tokens/s", "prefill ms", "±", "= gloo", "= no_tp"],
+                 [[cell(r["mode"]), fixed(2)(r.get("decode_ms")), percent(r.get("decode_spread")),
+                   fixed(1)(r.get("tokens_per_s")), fixed(1)(r.get("prefill_ms")),
+                   percent(r.get("prefill_spread")), yes[r.get("same_tokens_as_gloo")],
+                   yes[r.get("same_tokens_as_no_tp")]] for r in modes], left=1)
+    parts = [r for r in doc["rows"] if r.get("kind") == "breakdown"]
+    if parts:
+        out += ["", "Where a decode step goes on pycomm, ms per token (one generate with pycomm's job "
+                "trace and torch.profiler on; the profiler's overhead lands in framework):", ""]
+        keys = ("step", "compute", "collective", "waiting", "handoff", "framework")
+        out += table(["rank"] + list(keys) + ["collectives/token"],
+                     [[integer(r.get("rank"))] + [fixed(3)(r.get(k)) for k in keys]
+                      + [fixed(1)(r.get("collectives_per_token"))] for r in parts])
+    for line in doc["summary"]:
+        out += ["", f"- {line.get('line', line) if isinstance(line, dict) else line}"]
+    return out
+
+
+def per_call_tables(name: str, path: str, doc: dict) -> List[str]:
+    """bench/per_call_floor.py: each road's µs per call by size, on each backend."""
+    rows = doc["rows"]
+    backends = sorted({r["backend"] for r in rows})
+    us = {(r["backend"], r["size"], r["road"]): r for r in rows}
+    out = [f"- 2 ranks, {doc['meta'].get('grad_mode')}; rank 0's median µs per call over "
+           f"{doc['meta'].get('reps')} reps (± their spread); x dist: over dist.all_reduce on the "
+           "same backend", ""]
+    header = ["size", "road"]
+    for b in backends:
+        header += [f"{b} µs", "±", "x dist"]
+    body = []
+    for size in sorted({r["size"] for r in rows}):
+        for road in dict.fromkeys(r["road"] for r in rows):
+            line = [integer(size), road]
+            for b in backends:
+                r, d = us.get((b, size, road)), us.get((b, size, "dist"))
+                line += [fixed(1)(r and r["us"]), percent(r and r["spread"], 0),
+                         fixed(2)(r["us"] / d["us"] if r and d else None)]
+            body.append(line)
+    out += table(header, body, left=2)
+    for line in doc["summary"]:
+        out += ["", f"- {line.get('line', line) if isinstance(line, dict) else line}"]
+    return out
+
+
 # --------------------------------------------------------------------------- anything else
 
 def generic_table(name: str, path: str, doc: dict) -> List[str]:
@@ -385,6 +444,10 @@ def generic_table(name: str, path: str, doc: dict) -> List[str]:
 
 def kind(doc: dict) -> str:
     rows = doc["rows"]
+    if rows and all(r.get("kind") in ("round", "mode", "breakdown") for r in rows):
+        return "tp_inference"
+    if rows and all(r.get("kind") == "road" for r in rows):
+        return "per_call"
     if rows and all(schema.MODE in r for r in rows):
         return "training"
     if rows and all(schema.SIZE in r and schema.COUNT in r for r in rows):
@@ -430,6 +493,10 @@ def render_file(path: str, page_dir: str) -> List[str]:
         out += collective_tables(name, path, doc)
     elif k == "training":
         out += training_tables(name, path, doc)
+    elif k == "tp_inference":
+        out += tp_tables(name, path, doc)
+    elif k == "per_call":
+        out += per_call_tables(name, path, doc)
     else:
         out += generic_table(name, path, doc)
     if os.path.exists(stem + ".png"):
@@ -511,6 +578,21 @@ def headline(results_dir: str, page_link: str = "docs/results.md") -> List[str]:
                 f"{over('ring', 'over_no_comm')} with `pycomm.ring_hook`, and "
                 f"{over('stock', 'over_no_comm')} on gloo{against_sync} "
                 f"([table]({page_link}#{anchor('ddp_resnet50_2ranks')})). Made by "
+                f"{made_by(path, doc['meta'])}.")
+    path = os.path.join(results_dir, "tp_inference_2ranks.json")
+    if os.path.exists(path):
+        doc = schema.load(path)
+        modes = {r["mode"]: r for r in doc["rows"] if r.get("kind") == "mode"}
+        if all(m in modes for m in ("pycomm", "gloo", "ceiling")):
+            p, g, c = modes["pycomm"], modes["gloo"], modes["ceiling"]
+            same = "the same tokens as gloo" if p.get("same_tokens_as_gloo") else "OTHER tokens than gloo"
+            lines.append(
+                f"- **Tensor-parallel inference, transformers TP=2 on 2 CPU ranks** (a Llama-shaped "
+                f"model), median over the rounds: decode takes {p['decode_ms'] / c['decode_ms']:.2f}x "
+                f"and prefill {p['prefill_ms'] / c['prefill_ms']:.2f}x the time of the same TP run "
+                f"whose collectives cost nothing; decode runs {p['tokens_per_s'] / g['tokens_per_s']:.1f}x "
+                f"gloo's tokens per second, with {same} "
+                f"([table]({page_link}#{anchor('tp_inference_2ranks')})). Made by "
                 f"{made_by(path, doc['meta'])}.")
     # Wrapped as the rest of README is (a break inside `code` reads as a space), never
     # between a number and its unit.

@@ -38,6 +38,10 @@ if ! have "import pytest, pytest_timeout, hypothesis, expecttest, tqdm, matplotl
 fi
 # cuobjdump, with which tests/test_cuda_codegen.py reads the built kernels'
 # registers, stack frames and PTX: NVIDIA's wheel where the toolkit lacks it.
+if ! have "import transformers, accelerate; assert transformers.__version__ == '5.23.0'"; then
+  echo "setup: installing transformers and accelerate (the bench extra: tensor-parallel inference)"
+  "$PY" -m pip install --quiet "transformers==5.23.0" "accelerate==1.16.0"
+fi
 if [ "${PYCOMM_CUDA:-1}" != 0 ] && { command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; } &&
    ! command -v cuobjdump >/dev/null && [ ! -x /usr/local/cuda/bin/cuobjdump ] &&
    ! have "import importlib.metadata as m; m.version('nvidia-cuda-cuobjdump')"; then

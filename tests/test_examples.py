@@ -42,3 +42,11 @@ def test_aarch64_smoke_script_passes_here_too():
     out = torchrun("aarch64_smoke.py", ranks=2, folder="scripts")
     lines = [line for line in out.splitlines() if "checks passed (equal to gloo)" in line]
     assert len(lines) == 2 and all(": 58 checks passed" in line for line in lines), out
+
+
+def test_tp_inference_example():
+    """transformers' own tensor parallelism on pycomm (setup.sh installs the pinned
+    transformers of the bench extra)."""
+    pytest.importorskip("transformers", reason="the bench extra (pip install '.[bench]')")
+    out = torchrun("tp_inference.py", "--tokens", "8", ranks=2)
+    assert out.strip().splitlines()[-1].endswith("tokens equal on every rank: True"), out
