@@ -3,7 +3,8 @@
 own tensor parallelism (`from_pretrained(..., distributed_config=DistributedConfig(tp_size=N))`,
 DTensor underneath) on a Llama-shaped model with random weights made here (no download).
 
-    python bench/tp_inference.py                       # 2 ranks, 3 rounds (about 3 min here)
+    python bench/tp_inference.py                       # 2 ranks, 3 rounds (about 9 min here:
+                                                       # every launch imports transformers)
     python bench/tp_inference.py --rounds 5 --json out.json --png out.png
     python bench/tp_inference.py --layers 16 --hidden 1024 --prefill 1024
 
@@ -18,7 +19,7 @@ Modes, run in turns, one launch each per round (rounds give the spread):
               the collectives (DTensor, the functional collectives' Python) still there. Its
               time is the slower rank's. Its logits are wrong (no partial sums are added),
               so its tokens are not compared.
-    nccl      (GPUs only, later) the same on NCCL
+    nccl      the same on NCCL (GPUs; named with --modes, never run yet: no GPU here)
 
 Each launch measures, after a warm-up: decode, in ms per token, as (t(generate T tokens) -
 t(generate 1 token)) / (T - 1), the median of 3 of each, so the prompt's prefill cancels;
@@ -44,7 +45,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-MODES = ("no_tp", "gloo", "pycomm", "ceiling")
+MODES = ("no_tp", "gloo", "pycomm", "ceiling")  # the default, in this order
+ALL_MODES = MODES + ("nccl",)
 TP_BACKENDS = {"gloo": "gloo", "pycomm": "cpu:pycomm", "nccl": "nccl"}
 
 
@@ -54,7 +56,7 @@ def parse_args(argv=None):
     p.add_argument("--ranks", type=int, default=2, help="tensor-parallel ranks (default 2)")
     p.add_argument("--cores", type=int, default=None,
                    help="cores the modes share (default: this process's affinity)")
-    p.add_argument("--modes", default=",".join(MODES), help=f"some of {','.join(MODES)},nccl")
+    p.add_argument("--modes", default=",".join(MODES), help=f"some of {','.join(ALL_MODES)}")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--layers", type=int, default=8)
     p.add_argument("--hidden", type=int, default=512)
@@ -79,8 +81,8 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     args.modes = [m for m in args.modes.split(",") if m]
     for m in args.modes:
-        if m not in MODES + ("nccl",):
-            p.error(f"--modes: unknown mode {m!r}; expected some of {', '.join(MODES + ('nccl',))}")
+        if m not in ALL_MODES:
+            p.error(f"--modes: unknown mode {m!r}; expected some of {', '.join(ALL_MODES)}")
     if args.ranks < 2:
         p.error("--ranks: tensor parallelism needs at least 2")
     if args.heads % args.ranks or args.kv_heads % args.ranks:
@@ -296,7 +298,7 @@ def print_tables(stats, breakdown, args) -> None:
                Column("= gloo", 6, lambda r: {None: None, True: "yes", False: "NO"}[r["same_tokens_as_gloo"]]),
                Column("= no_tp", 7, lambda r: {None: None, True: "yes", False: "no"}[r["same_tokens_as_no_tp"]])])
     print(t.header())
-    for mode in MODES + ("nccl",):
+    for mode in ALL_MODES:
         if mode in stats:
             print(t.row(stats[mode]))
     if breakdown:
@@ -318,7 +320,7 @@ def plot(stats, path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    modes = [m for m in MODES + ("nccl",) if m in stats]
+    modes = [m for m in ALL_MODES if m in stats]
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
     for ax, key, title in ((axes[0], "decode_ms", "decode, ms per token"),
                            (axes[1], "prefill_ms", "prefill, ms")):
