@@ -3,6 +3,7 @@
     pip install "transformers==5.23.0" "accelerate==1.16.0"   # or: pip install ".[bench]"
     torchrun --nproc-per-node 2 examples/tp_inference.py
     torchrun --nproc-per-node 2 examples/tp_inference.py --model /path/to/a/llama/checkpoint
+    torchrun --nproc-per-node 2 examples/tp_inference.py --compile   # and under torch.compile
 
 transformers splits the model over the ranks itself (DistributedConfig(tp_size=N): each
 rank holds 1/N of every attention and MLP weight, DTensor underneath); the process group's
@@ -47,10 +48,34 @@ def generate(model_path, prompt, tokens):
     return out[0, prompt.shape[1]:].tolist(), (time.perf_counter() - t0) / tokens
 
 
+def compiled_forward(model_path, prompt):
+    """One forward of the TP model compiled by torch.compile (Inductor): the graphs Dynamo
+    made (1: the collectives stayed inside) and the largest difference from eager logits."""
+    from transformers import AutoModelForCausalLM
+    from transformers.distributed import DistributedConfig
+
+    model = AutoModelForCausalLM.from_pretrained(
+        model_path, dtype=torch.float32, distributed_config=DistributedConfig(tp_size=dist.get_world_size()))
+    graphs = []
+
+    def inductor(gm, example_inputs):
+        from torch._inductor.compile_fx import compile_fx
+
+        graphs.append(gm)
+        return compile_fx(gm, example_inputs)
+
+    with torch.no_grad():
+        eager = model(prompt).logits
+        compiled = torch.compile(model, backend=inductor)(prompt).logits
+    return len(graphs), (compiled - eager).abs().max().item(), compiled
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default=None, help="a local checkpoint (default: a tiny random Llama)")
     p.add_argument("--tokens", type=int, default=16, help="tokens to generate (default 16)")
+    p.add_argument("--compile", action="store_true",
+                   help="also run one forward compiled by torch.compile (Inductor) and compare it")
     args = p.parse_args()
 
     torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("WORLD_SIZE", 1))))
@@ -73,6 +98,15 @@ def main():
     same = torch.equal(first, torch.tensor(ours))
     agree = torch.tensor([int(same)])
     dist.all_reduce(agree, op=dist.ReduceOp.MIN)
+    if args.compile:
+        graphs, diff, logits = compiled_forward(path[0], prompt)
+        first = logits.clone()
+        dist.broadcast(first, 0)
+        same_logits = torch.tensor([int(torch.equal(first, logits))])
+        dist.all_reduce(same_logits, op=dist.ReduceOp.MIN)
+        if rank == 0:
+            print(f"compiled (Inductor): {graphs} graph(s), logits within {diff:.1e} of eager, "
+                  f"bitwise equal on every rank: {bool(same_logits)}")
     if tmp:
         shutil.rmtree(tmp)
     if rank == 0:

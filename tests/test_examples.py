@@ -48,5 +48,12 @@ def test_tp_inference_example():
     """transformers' own tensor parallelism on pycomm (setup.sh installs the pinned
     transformers of the bench extra)."""
     pytest.importorskip("transformers", reason="the bench extra (pip install '.[bench]')")
-    out = torchrun("tp_inference.py", "--tokens", "8", ranks=2)
+    out = torchrun("tp_inference.py", "--tokens", "8", "--compile", ranks=2)
     assert out.strip().splitlines()[-1].endswith("tokens equal on every rank: True"), out
+    # Compiled with Inductor: the whole model in one graph, the collectives inside it (a
+    # graph break at a collective would make more), within float rounding of eager.
+    compiled = next(line for line in out.splitlines() if line.startswith("compiled (Inductor)"))
+    assert compiled.startswith("compiled (Inductor): 1 graph(s)"), out
+    assert compiled.endswith("bitwise equal on every rank: True"), out
+    diff = float(compiled.split("logits within ")[1].split(" of eager")[0])
+    assert diff < 1e-4, out
