@@ -18,18 +18,11 @@ namespace {
 // factor was applied before; the division comes once, after the inter-host step).
 core::ReduceOp host_op(core::ReduceOp op) { return op == core::ReduceOp::kAvg ? core::ReduceOp::kSum : op; }
 
-// gloo's op for the core's `op` on `t`'s dtype: bool's sum and product as the
-// kernels run them (core::kernel_op: or and and; gloo would add the bytes).
+// gloo's op for the core's `op` on `t`'s dtype: avg sums (the division comes
+// once, after), and bool's sum and product as the kernels run them
+// (core::kernel_op: or and and; gloo would add the bytes).
 c10d::ReduceOp c10d_op(const at::Tensor& t, core::ReduceOp requested) {
-  switch (core::kernel_op(dtype_of(t), requested)) {
-    case core::ReduceOp::kMax: return c10d::ReduceOp(c10d::ReduceOp::MAX);
-    case core::ReduceOp::kMin: return c10d::ReduceOp(c10d::ReduceOp::MIN);
-    case core::ReduceOp::kProduct: return c10d::ReduceOp(c10d::ReduceOp::PRODUCT);
-    case core::ReduceOp::kBand: return c10d::ReduceOp(c10d::ReduceOp::BAND);
-    case core::ReduceOp::kBor: return c10d::ReduceOp(c10d::ReduceOp::BOR);
-    case core::ReduceOp::kBxor: return c10d::ReduceOp(c10d::ReduceOp::BXOR);
-    default: return c10d::ReduceOp(c10d::ReduceOp::SUM);
-  }
+  return c10d_op_of(core::kernel_op(dtype_of(t), host_op(requested)));
 }
 
 // gloo, between hosts, reduces float32, float64, float16, bfloat16, int8,
