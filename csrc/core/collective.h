@@ -51,7 +51,7 @@ inline constexpr int kAlgorithms = int(Algorithm::kGloo) + 1;
 
 // What a rank declares when it enters a collective. Plain data: it is written
 // into shared memory and compared field by field. Layout version 2 added root
-// and divisor (bump kLayoutVersion in session_layout.h when this changes).
+// and divisor, 5 place (bump kLayoutVersion in session_layout.h when this changes).
 struct Fingerprint {
   uint64_t count = 0;      // elements per rank (all_gather: input; reduce_scatter: output)
   uint32_t kind = 0;       // CollectiveKind
@@ -60,9 +60,13 @@ struct Fingerprint {
   uint32_t algorithm = 0;  // Algorithm, never kAuto
   int32_t root = -1;       // broadcast, reduce, gather, scatter; -1 elsewhere
   uint32_t divisor = 0;    // avg: what the sum is divided by; 0 elsewhere
+  // An all-reduce in place in symmetric memory: which buffer and where in it
+  // (AllReduceArgs::place); 0 elsewhere. Ranks must agree on it, since each
+  // reads and writes the others' copies at its own offset.
+  uint64_t place = 0;
   bool operator==(const Fingerprint& o) const {
     return count == o.count && kind == o.kind && dtype == o.dtype && op == o.op &&
-           algorithm == o.algorithm && root == o.root && divisor == o.divisor;
+           algorithm == o.algorithm && root == o.root && divisor == o.divisor && place == o.place;
   }
   bool operator!=(const Fingerprint& o) const { return !(*this == o); }
 };
@@ -131,6 +135,7 @@ inline std::string describe(const Fingerprint& fp) {
   if (fp.op) os << ", op=" << op_name(ReduceOp(fp.op));
   if (fp.divisor) os << ", divisor=" << fp.divisor;
   if (fp.root >= 0) os << ", root=" << fp.root;
+  if (fp.place) os << ", symmetric buffer " << (fp.place >> 40) << " at byte " << (fp.place & ((uint64_t(1) << 40) - 1));
   os << ", algorithm=" << algorithm_name(Algorithm(fp.algorithm)) << ")";
   return os.str();
 }
@@ -144,6 +149,7 @@ inline const char* first_difference(const Fingerprint& a, const Fingerprint& b) 
   if (a.root != b.root) return "root";
   if (a.divisor != b.divisor) return "divisor";
   if (a.algorithm != b.algorithm) return "algorithm";
+  if (a.place != b.place) return "place in symmetric memory";
   return "nothing";
 }
 

@@ -16,28 +16,23 @@
 
 #include <string>
 
+#include "all_reduce_op.h"
 #include "dtype_map.h"
 #include "frontend.h"
 
 namespace pycomm {
-namespace {
 
-c10::intrusive_ptr<c10d::ProcessGroup> group_named(const std::string& name) {
+void all_reduce_on_group(at::Tensor& tensor, core::ReduceOp op, const std::string& group_name,
+                         const char* caller) {
+  c10::intrusive_ptr<c10d::ProcessGroup> group;
   try {
-    return c10d::resolve_process_group(name);
+    group = c10d::resolve_process_group(group_name);
   } catch (const c10::Error&) {
-    C10_THROW_ERROR(ValueError, c10::str("all_reduce_: group_name: no process group is registered as '",
-                                         name, "' (pass group.group_name of a live group)"));
+    C10_THROW_ERROR(ValueError, c10::str(caller, ": group_name: no process group is registered as '",
+                                         group_name, "' (pass group.group_name of a live group)"));
   }
-}
-
-void all_reduce_(at::Tensor& tensor, const std::string& op, const std::string& group_name) {
-  core::ReduceOp o;
-  TORCH_CHECK_VALUE(to_core_op(op, &o), "all_reduce_: op: unknown reduction '", op, "'; expected one of ",
-                    joined_names(core::kReduceOps, core::op_name));
-  const c10::intrusive_ptr<c10d::ProcessGroup> group = group_named(group_name);
   c10d::AllreduceOptions opts;
-  opts.reduceOp = c10d_op_of(o);
+  opts.reduceOp = c10d_op_of(op);
   std::vector<at::Tensor> tensors{tensor};
   const c10::intrusive_ptr<c10d::Backend> backend = group->getBackend(tensor.device().type());
   if (auto* front = dynamic_cast<FrontEnd*>(backend.get())) {
@@ -50,6 +45,15 @@ void all_reduce_(at::Tensor& tensor, const std::string& op, const std::string& g
   } else {
     group->allreduce(tensors, opts)->wait();
   }
+}
+
+namespace {
+
+void all_reduce_(at::Tensor& tensor, const std::string& op, const std::string& group_name) {
+  core::ReduceOp o;
+  TORCH_CHECK_VALUE(to_core_op(op, &o), "all_reduce_: op: unknown reduction '", op, "'; expected one of ",
+                    joined_names(core::kReduceOps, core::op_name));
+  all_reduce_on_group(tensor, o, group_name, "all_reduce_");
 }
 
 // What torch.compile traces with: the tensor keeps its shape and dtype

@@ -184,6 +184,10 @@ class Communicator {
   bool broken() const { return session_->aborted(); }
   // Only a collective's body (which holds busy_) may use it.
   std::unique_ptr<CudaPath, CudaPathDelete>& cuda_path() { return cuda_path_; }
+  // The session, for what may run beside the collectives in any thread:
+  // offering and fetching segments, first_dead_peer(), aborted() (symmetric
+  // memory's rendezvous and signal waits).
+  core::Session& session() { return *session_; }
   // Point-to-point: any thread, beside the collectives (it has its own lock,
   // progress and channels).
   core::P2PEngine& p2p() { return *p2p_; }

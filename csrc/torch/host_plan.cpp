@@ -1,6 +1,7 @@
 #include "host_plan.h"
 
 #include "dtype_map.h"
+#include "symmetric_memory.h"
 
 namespace pycomm {
 
@@ -27,6 +28,17 @@ void HostPlan::all_reduce(const core::Context& ctx, const at::Tensor& t, core::R
   a.op = op;
   a.algorithm = algorithm;
   a.restore = restore;
+  // A tensor in symmetric memory of this group, large enough for the ring, is
+  // reduced where it lies, in every rank's copy, with no copy in or out (every
+  // rank must pass its copy: the fingerprint checks). A small one keeps the
+  // one-shot: its copy into a slot costs less than the second synchronization
+  // an in-place reduction needs.
+  SymmetricPlace symmetric;
+  if (algorithm == core::Algorithm::kRing && symmetric_place(t, ctx.session, &symmetric)) {
+    a.algorithm = core::Algorithm::kTwoShot;
+    a.peers = symmetric.peers.data();
+    a.place = symmetric.place;
+  }
   core::all_reduce(ctx, a);
 }
 

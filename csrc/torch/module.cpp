@@ -20,6 +20,7 @@
 #include "frontend.h"
 #include "hierarchical_plan.h"
 #include "host_plan.h"
+#include "symmetric_memory.h"
 #include "tables_bindings.h"
 
 namespace py = pybind11;
@@ -119,6 +120,14 @@ bool cuda_built() {
 PYBIND11_MODULE(_C, m) {
   using namespace pycomm;
   m.doc() = "pycomm native core: shared-memory communicator and torch.distributed backend";
+  // symm_mem.empty(..., device="cpu") and rendezvous on pycomm's shared memory;
+  // their waits let go of the GIL, which torch's bindings of them keep.
+  register_symmetric_memory();
+  set_blocking_scope([]() -> std::shared_ptr<void> {
+    if (!Py_IsInitialized() || !PyGILState_Check()) return nullptr;
+    return std::shared_ptr<void>(PyEval_SaveThread(),
+                                 [](void* state) { PyEval_RestoreThread(static_cast<PyThreadState*>(state)); });
+  });
 
   // The exception classes live as long as the process (never decref'd), so
   // the translator below can use them during interpreter shutdown too.

@@ -8,6 +8,9 @@
 // - Backend::getError() and Backend::setTimeout() throw by default up to 2.13
 //   (2.14 returns SUCCESS, and warns and ignores): pycomm's FrontEnd overrides
 //   both, so every release behaves as the newest (frontend.h).
+// - SymmetricMemoryAllocator::has_allocation (what is_symm_mem_tensor asks)
+//   came in 2.13: pycomm's CPU allocator overrides it from 2.13 on
+//   (symmetric_memory.cpp); on 2.11 and 2.12 torch has no such question.
 // - Methods that exist only in newer releases (Options::clone, the window,
 //   reconfigure and abort-hook methods, the `*_single` collective names of
 //   2.14) are not overridden: pycomm overrides the old entry points

@@ -63,11 +63,18 @@ struct AllReduceArgs {
   size_t count = 0;
   DType dtype = DType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
-  Algorithm algorithm = Algorithm::kAuto;  // direct or ring (the CUDA path: direct, two_shot or ring)
+  Algorithm algorithm = Algorithm::kAuto;  // direct, ring, or two_shot with peers (the CUDA path: direct, two_shot or ring)
   // avg divides the sum by this; 0 means the world size. A hierarchical scheme
   // sums inside a host and divides by the global count once.
   int divisor = 0;
   bool restore = true;  // put the input back if the collective fails part way
+  // Symmetric memory (algorithm two_shot on CPU): every rank's copy of the
+  // tensor, mapped here (peers[rank] == data), and where it lies (buffer
+  // number << 40 | byte offset, the same on every rank). Each rank reduces its
+  // share of every copy and writes it into every copy: no copy in or out, and
+  // no restore (peers write this tensor too).
+  char* const* peers = nullptr;
+  uint64_t place = 0;
 };
 void all_reduce(const Context& ctx, const AllReduceArgs& args);
 

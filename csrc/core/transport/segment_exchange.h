@@ -42,6 +42,9 @@ std::string new_group_id();
 constexpr uint64_t kSessionKey = 0;  // the session segment (rank 0's)
 // The point-to-point channel from the server's rank to `to`.
 inline uint64_t channel_key(int to) { return 1 + uint64_t(to); }
+// The n-th symmetric-memory buffer rendezvoused on the group (every rank
+// counts its rendezvous calls alike, as they are collective).
+inline uint64_t symmetric_key(uint64_t n) { return (uint64_t(1) << 48) + n; }
 
 class SegmentServer {
  public:

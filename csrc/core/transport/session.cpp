@@ -158,15 +158,28 @@ ShmSegment Session::make_segment(uint64_t key, size_t bytes) {
   ShmSegment seg = ShmSegment::create_anonymous(std::string(header().group_id) + "-" +
                                                     std::to_string(rank_) + "-" + std::to_string(key),
                                                 bytes);
+  offer_segment(key, seg.fd());
+  seg.close_fd();  // the server holds its own
+  return seg;
+}
+
+void Session::offer_segment(uint64_t key, int fd) {
+  if (transport() != ShmTransport::kMemfd) {
+    throw CommError("rank " + std::to_string(rank_) +
+                    ": offering a segment by its descriptor needs the memfd transport; this group took posix");
+  }
   std::lock_guard<std::mutex> lock(server_mu_);
   if (!server_) {
     GroupSecret secret;
     std::memcpy(secret.data(), header().secret, secret.size());
     server_ = std::make_unique<SegmentServer>(server_address(header().group_id, rank_), secret);
   }
-  server_->offer(key, seg.fd());
-  seg.close_fd();  // the server holds its own
-  return seg;
+  server_->offer(key, fd);
+}
+
+void Session::withdraw_segment(uint64_t key) {
+  std::lock_guard<std::mutex> lock(server_mu_);
+  if (server_) server_->withdraw(key);
 }
 
 ShmSegment Session::fetch_segment(int owner, uint64_t key) {

@@ -123,6 +123,11 @@ class Session {
   // (fetch unlinks it) or its maker unlinks it.
   ShmSegment make_segment(uint64_t key, size_t bytes);
   ShmSegment fetch_segment(int owner, uint64_t key);
+  // memfd only: offers a duplicate of `fd` (a segment made before the group
+  // was known: symmetric memory's) under `key`, until withdraw_segment(key).
+  // CommError on a posix session, whose segments are found by name instead.
+  void offer_segment(uint64_t key, int fd);
+  void withdraw_segment(uint64_t key);
 
   // The data path's region of the segment and what the creator recorded of it.
   char* data_region() const { return at(header().data_offset); }

@@ -32,7 +32,8 @@ constexpr uint64_t kSegmentMagic = 0x31304d4d4f435950ULL;  // "PYCOMM01"
 // 2: fingerprints gained root and divisor; data paths moved out of the session.
 // 3: the header says whether a peer's exit caused the abort (abort_dead).
 // 4: the header holds the group's transport, id and secret (segment_exchange.h).
-constexpr uint32_t kLayoutVersion = 4;
+// 5: fingerprints gained place (symmetric memory).
+constexpr uint32_t kLayoutVersion = 5;
 constexpr int kDataParams = 8;
 
 // Written by the owning rank only.
