@@ -184,7 +184,7 @@ def main(argv=None) -> None:
     bad = sum(r["wrong"] for r in rows)
     if bad:
         lines.append(f"WRONG values in {bad} reps")
-    driver.report(args, "symm_mem_perf", lines, [dict(kind="road", **r) for r in rows],
+    driver.report(args, "symm_mem_perf", lines, [dict(kind="symm_road", **r) for r in rows],
                   dict(reps=args.reps, budget_s=args.budget, world_size=2))
     if bad:
         raise SystemExit(1)

@@ -427,6 +427,36 @@ def per_call_tables(name: str, path: str, doc: dict) -> List[str]:
     return out
 
 
+def symm_tables(name: str, path: str, doc: dict) -> List[str]:
+    """bench/symm_mem_perf.py: each road's µs per call by size, and over ordinary's."""
+    rows = doc["rows"]
+    us = {(r["size"], r["road"]): r for r in rows}
+    roads = list(dict.fromkeys(r["road"] for r in rows))
+    out = ["- all-reduce (sum, float32) on pycomm, 2 ranks: the slower rank's median µs per call "
+           f"over {doc['meta'].get('reps')} reps (± their spread), the roads in turns; x ord: over "
+           "dist.all_reduce of an ordinary tensor", ""]
+    header = ["size"]
+    for road in roads:
+        header += [f"{road} µs", "±"]
+    header += ["symmetric x ord", "one_shot x ord", "#wrong"]
+    body = []
+    for size in sorted({r["size"] for r in rows}):
+        line = [integer(size)]
+        for road in roads:
+            r = us.get((size, road))
+            line += [fixed(1)(r and r["us"]), percent(r and r["spread"], 0)]
+        o = us.get((size, "ordinary"))
+        for road in ("symmetric", "one_shot"):
+            r = us.get((size, road))
+            line.append(fixed(2)(r["us"] / o["us"] if r and o else None))
+        line.append(integer(sum(us[(size, k)]["wrong"] for k in roads if (size, k) in us)))
+        body.append(line)
+    out += table(header, body, left=1)
+    for line in doc["summary"]:
+        out += ["", f"- {line.get('line', line) if isinstance(line, dict) else line}"]
+    return out
+
+
 # --------------------------------------------------------------------------- anything else
 
 def generic_table(name: str, path: str, doc: dict) -> List[str]:
@@ -448,6 +478,8 @@ def kind(doc: dict) -> str:
         return "tp_inference"
     if rows and all(r.get("kind") == "road" for r in rows):
         return "per_call"
+    if rows and all(r.get("kind") == "symm_road" for r in rows):
+        return "symm_mem"
     if rows and all(schema.MODE in r for r in rows):
         return "training"
     if rows and all(schema.SIZE in r and schema.COUNT in r for r in rows):
@@ -497,6 +529,8 @@ def render_file(path: str, page_dir: str) -> List[str]:
         out += tp_tables(name, path, doc)
     elif k == "per_call":
         out += per_call_tables(name, path, doc)
+    elif k == "symm_mem":
+        out += symm_tables(name, path, doc)
     else:
         out += generic_table(name, path, doc)
     if os.path.exists(stem + ".png"):

@@ -235,7 +235,7 @@ def test_op_errors_name_the_argument(backend_worlds):
             "split": "do not split evenly among 2 ranks",
             "rendezvous plain": "the tensor is not symmetric memory",
             "channel": "channel: 1000000 is not in [0, ",
-            "multimem": "multimem_all_reduce_",
+            "multimem": "multimem_all_reduce_: not served for CPU tensors: it needs multicast memory",
         }
         for label, text in expect.items():
             assert errors[label] is not None, f"{label}: no error"

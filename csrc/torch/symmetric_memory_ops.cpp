@@ -228,9 +228,43 @@ void reduce_scatter_out(const c10::OperatorHandle& op, torch::jit::Stack* stack)
   a.result(output);
 }
 
+// What pycomm says of a symm_mem op it does not serve on CPU tensors, instead
+// of the dispatcher's "Could not run ... with arguments from the 'CPU' backend".
+const char* why_refused(const std::string& op) {
+  if (op.find("multimem") != std::string::npos || op.find("multicast") != std::string::npos) {
+    return "it needs multicast memory (NVLink SHARP), which CPU ranks do not have";
+  }
+  if (op.rfind("symm_mem::nccl_", 0) == 0) return "it is the NCCL backend's (CUDA tensors)";
+  if (op.rfind("symm_mem::nvshmem_", 0) == 0) return "it is NVSHMEM's (CUDA tensors)";
+  return "pycomm serves one_shot_all_reduce (and _out, _copy, _copy_out), two_shot_all_reduce_ "
+         "(and _out) and reduce_scatter_out on CPU tensors, and not this one yet";
+}
+
+void refuse(const c10::OperatorHandle& op, torch::jit::Stack* /*stack*/) {
+  const std::string name = op.schema().name();
+  C10_THROW_ERROR(NotImplementedError, c10::str(name, ": not served for CPU tensors: ", why_refused(name)));
+}
+
+// torch 2.14's symm_mem ops that no CPU kernel serves (torch 2.13 lacks some:
+// an impl registered for an op never defined stays unused).
+constexpr const char* kRefused[] = {
+    "_async_input_mm", "_low_contention_all_gather", "_low_contention_all_gather_ce_multicast",
+    "_low_contention_all_gather_ce_multicast_out", "_low_contention_reduce_scatter",
+    "all_to_all_vdev", "all_to_all_vdev_2d", "all_to_all_vdev_2d_offset", "fused_all_gather_matmul",
+    "fused_all_gather_scaled_matmul", "fused_matmul_reduce_scatter",
+    "fused_scaled_matmul_reduce_scatter", "get_remote_tensors", "memcpy_to_multicast_", "memset32_",
+    "multi_root_tile_reduce", "multimem_all_gather_out", "multimem_all_reduce_",
+    "multimem_one_shot_all_reduce", "multimem_one_shot_all_reduce_out",
+    "multimem_one_shot_reduce_out", "nccl_all_to_all_nd", "nccl_get", "nccl_get_out", "nccl_put",
+    "nccl_put_signal", "nccl_put_with_signal", "nccl_reduce_scatter_offset",
+    "nccl_wait_for_signal", "nvshmem_all_to_all", "nvshmem_broadcast", "nvshmem_get",
+    "nvshmem_get_out", "nvshmem_put", "nvshmem_put_with_signal", "nvshmem_wait_for_signal",
+    "stream_write_value32_", "tile_reduce"};
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(symm_mem, CPU, m) {
+  for (const char* name : kRefused) m.impl(name, torch::CppFunction::makeFromBoxedFunction<&refuse>());
   m.impl("one_shot_all_reduce", torch::CppFunction::makeFromBoxedFunction<&one_shot_all_reduce>());
   m.impl("one_shot_all_reduce_out", torch::CppFunction::makeFromBoxedFunction<&one_shot_all_reduce_out>());
   m.impl("one_shot_all_reduce_copy", torch::CppFunction::makeFromBoxedFunction<&one_shot_all_reduce_copy>());
