@@ -36,6 +36,12 @@ def test_tensor_parallel_example():
     assert out.strip().splitlines()[-1].endswith(": OK"), out
 
 
+def test_symm_mem_example():
+    out = torchrun("symm_mem.py", "--numel", "100000")
+    lines = [line for line in out.splitlines() if line.startswith("rank ")]
+    assert len(lines) == RANKS and all(line.endswith(": OK") for line in lines), out
+
+
 def test_aarch64_smoke_script_passes_here_too():
     """scripts/aarch64_smoke.py, which scripts/aarch64_python.sh runs on emulated
     aarch64, checks the same on this host: it must not rot where CI cannot run it."""
