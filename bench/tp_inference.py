@@ -13,6 +13,10 @@ Modes, run in turns, one launch each per round (rounds give the spread):
     no_tp     one process on all N cores (N compute threads), no tensor parallelism
     gloo      TP=N, one process per rank, cores // N threads each, on gloo
     pycomm    the same on `cpu:pycomm`
+    symm      the same on `cpu:pycomm`, with the row-parallel layers (o_proj, down_proj) writing
+              their partial sums straight into PyTorch's symmetric memory (one buffer of the
+              group, symm_mem.empty + rendezvous), so that each all-reduce reduces them where
+              they lie, with no copy in or out (symmetric_row_outputs below)
     ceiling   the same on torch's fake process group (torch.testing's FakeProcessGroup):
               every collective returns at once, moves nothing and waits for nobody, so each
               rank runs its own share of the model at its own pace with the framework around
@@ -45,9 +49,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-MODES = ("no_tp", "gloo", "pycomm", "ceiling")  # the default, in this order
+MODES = ("no_tp", "gloo", "pycomm", "symm", "ceiling")  # the default, in this order
 ALL_MODES = MODES + ("nccl",)
-TP_BACKENDS = {"gloo": "gloo", "pycomm": "cpu:pycomm", "nccl": "nccl"}
+TP_BACKENDS = {"gloo": "gloo", "pycomm": "cpu:pycomm", "symm": "cpu:pycomm", "nccl": "nccl"}
 
 
 def parse_args(argv=None):
@@ -119,7 +123,7 @@ def init_group(mode: str, ranks: int):
         dist.init_process_group("fake", store=FakeStore(), rank=int(os.environ["RANK"]),
                                 world_size=ranks)
         return
-    if mode == "pycomm":
+    if TP_BACKENDS.get(mode) == "cpu:pycomm":
         import pycomm  # noqa: F401 - registers the backend
     dist.init_process_group(TP_BACKENDS[mode])
 
@@ -146,6 +150,8 @@ def rank_job(args) -> None:
     extra = dict(distributed_config=DistributedConfig(tp_size=args.ranks)) if tp else {}
     model = AutoModelForCausalLM.from_pretrained(args.model_dir, dtype=torch.float32, **extra)
     model.eval()
+    if args.mode == "symm":
+        symmetric_row_outputs(model, rows=max(args.prefill, args.prompt + args.tokens))
     g = torch.Generator().manual_seed(1)
     prompt = torch.randint(0, args.vocab, (1, args.prompt), generator=g)
     long_prompt = torch.randint(0, args.vocab, (1, args.prefill), generator=g)
@@ -173,11 +179,53 @@ def rank_job(args) -> None:
     if tp:
         import torch.distributed as dist
 
-        if args.mode == "pycomm":
+        if TP_BACKENDS.get(args.mode) == "cpu:pycomm":
             import pycomm
 
             pycomm.destroy()
         dist.destroy_process_group()
+
+
+def symmetric_row_outputs(model, rows: int) -> None:
+    """The symm mode. Each row-parallel linear of the model's TP plan (each rank multiplies
+    its slice of the input by its slice of the weight; an all-reduce adds the partial sums up)
+    writes its partial sum into one symmetric-memory buffer of the group instead of a fresh
+    tensor, and the all-reduce then reduces it in place. This is the same matmul and the same
+    all-reduce as transformers' own inference path for these layers (RowwiseParallel's local
+    path: F.linear, then dist.all_reduce), only with its output placed. One buffer serves
+    every layer: each output is consumed (the residual add) before the next row-parallel
+    layer runs. Outside torch.no_grad (training), the layer's own forward runs."""
+    import fnmatch
+
+    import torch
+    import torch.distributed as dist
+    import torch.distributed._symmetric_memory as symm_mem
+
+    plan = model.config.base_model_tp_plan or {}
+    row_keys = [k for k, style in plan.items() if style == "rowwise"]
+    layers = [m for name, m in model.named_modules()
+              if any(fnmatch.fnmatch(name, "*" + k) for k in row_keys)]
+    if not layers:
+        raise SystemExit("tp_inference: symm: the model's TP plan names no rowwise linear")
+    widths = {m.out_features for m in layers}
+    buf = symm_mem.empty(rows * max(widths), dtype=torch.float32, device="cpu")
+    symm_mem.rendezvous(buf, dist.group.WORLD)
+
+    def placed(module, own_forward):
+        weight = module.weight.to_local()  # this rank's slice: [out, in / ranks]
+
+        def forward(x, *rest, **kw):
+            n = x.numel() // x.shape[-1] * weight.shape[0]
+            if torch.is_grad_enabled() or rest or kw or module.bias is not None or n > buf.numel():
+                return own_forward(x, *rest, **kw)
+            out = buf[:n].view(*x.shape[:-1], weight.shape[0])
+            torch.matmul(x, weight.t(), out=out)
+            dist.all_reduce(out)
+            return out
+        return forward
+
+    for m in layers:
+        m.forward = placed(m, m.forward)
 
 
 def profiled_decode(generate, tokens: int) -> dict:
@@ -272,6 +320,14 @@ def summarize(rows, args) -> tuple:
         s, c = stats["pycomm"], stats["ceiling"]
         lines.append(f"pycomm / ceiling: decode {s['decode_ms'] / c['decode_ms']:.2f}x, "
                      f"prefill {s['prefill_ms'] / c['prefill_ms']:.2f}x (target <= 1.05x)")
+    if "symm" in stats and "pycomm" in stats:
+        y, s = stats["symm"], stats["pycomm"]
+        line = (f"symm / pycomm (activations in symmetric memory): decode {y['decode_ms'] / s['decode_ms']:.2f}x, "
+                f"prefill {y['prefill_ms'] / s['prefill_ms']:.2f}x")
+        if "ceiling" in stats:
+            c = stats["ceiling"]
+            line += f"; symm / ceiling: decode {y['decode_ms'] / c['decode_ms']:.2f}x, prefill {y['prefill_ms'] / c['prefill_ms']:.2f}x"
+        lines.append(line)
     if "pycomm" in stats and "gloo" in stats:
         s, g = stats["pycomm"], stats["gloo"]
         lines.append(f"decode tokens/s: pycomm {s['tokens_per_s']:.1f} vs gloo {g['tokens_per_s']:.1f} "

@@ -379,7 +379,8 @@ def tp_tables(name: str, path: str, doc: dict) -> List[str]:
            f"{m.get('tokens')} tokens after {m.get('prompt')}; prefill: one forward of {m.get('prefill')} "
            f"tokens; {m.get('rounds')} rounds, the modes in turns; a TP mode's time is its slowest rank's",
            "- ceiling: TP on torch's fake process group (every collective returns at once and moves "
-           "nothing); no_tp: one process on all the cores; = gloo: the same tokens as gloo's in "
+           "nothing); symm: pycomm with the row-parallel layers' outputs in symmetric memory, "
+           "reduced in place; no_tp: one process on all the cores; = gloo: the same tokens as gloo's in "
            "every round", ""]
     modes = [r for r in doc["rows"] if r.get("kind") == "mode"]
     yes = {True: "yes", False: "NO", None: "-"}

@@ -18,8 +18,9 @@ def test_tp_inference_runs_every_mode(tmp_path):
                                                "--png", tmp_path / "tp.png"], tmp_path, 600)
     rows = schema.rows(schema.load(out))
     modes = {r["mode"]: r for r in rows if r.get("kind") == "mode"}
-    assert set(modes) == {"no_tp", "gloo", "pycomm", "ceiling"}, stdout
+    assert set(modes) == {"no_tp", "gloo", "pycomm", "symm", "ceiling"}, stdout
     assert modes["pycomm"]["same_tokens_as_gloo"] is True, stdout
+    assert modes["symm"]["same_tokens_as_gloo"] is True, stdout
     assert all(m["decode_ms"] > 0 and m["prefill_ms"] > 0 for m in modes.values())
     parts = [r for r in rows if r.get("kind") == "breakdown"]
     assert sorted(p["rank"] for p in parts) == [0, 1]
@@ -30,6 +31,7 @@ def test_tp_inference_runs_every_mode(tmp_path):
         assert p["step"] >= p["compute"] + p["collective"], p
     assert (tmp_path / "tp.png").stat().st_size > 0
     assert "pycomm / ceiling: decode" in stdout
+    assert "symm / pycomm (activations in symmetric memory): decode" in stdout
 
 
 def test_per_call_floor_checks_every_road(tmp_path):

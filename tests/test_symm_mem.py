@@ -197,6 +197,45 @@ def test_ops_equal_dist_all_reduce_bitwise(backend_worlds, world, integer_valued
     assert all(digests == results[0][1] for _, digests in results)
 
 
+def remote_tensors_case():
+    """get_remote_tensors: every rank's copy of an offset 2-D view, read and written from here;
+    the views outlive the buffer's free (they hold its mappings)."""
+    gname, rank, world = group_name(), dist.get_rank(), dist.get_world_size()
+    buf = symm_mem.empty(4 + 6, device="cpu")
+    symm_mem.rendezvous(buf, gname)
+    buf.fill_(-1)
+    view = buf[4:].view(2, 3)
+    view.copy_(torch.arange(6.0).view(2, 3) + 100 * rank)
+    dist.barrier()
+    views = torch.ops.symm_mem.get_remote_tensors(view, gname)
+    seen = [(tuple(v.shape), v.flatten().tolist()) for v in views]
+    own = views[rank].data_ptr() == view.data_ptr()
+    dist.barrier()
+    views[(rank + 1) % world][1, 2] = -7.0 - rank  # into the next rank's copy
+    dist.barrier()
+    written = buf.tolist()
+    del buf, view
+    import gc
+
+    gc.collect()
+    dist.barrier()
+    after_free = views[(rank + 1) % world].flatten().tolist()
+    return seen, own, written, after_free
+
+
+@pytest.mark.skipif(not hasattr(torch.ops.symm_mem, "get_remote_tensors"),
+                    reason="this torch defines no symm_mem.get_remote_tensors")
+def test_get_remote_tensors_views_every_copy(backend_worlds):
+    world = 3
+    for rank, (seen, own, written, after_free) in enumerate(backend_worlds(world).run(remote_tensors_case)):
+        assert seen == [((2, 3), [float(i + 100 * p) for i in range(6)]) for p in range(world)]
+        assert own
+        wrote_here = -7.0 - (rank - 1) % world
+        assert written == [-1.0] * 4 + [float(i + 100 * rank) for i in range(5)] + [wrote_here]
+        nxt = (rank + 1) % world
+        assert after_free == [float(i + 100 * nxt) for i in range(5)] + [-7.0 - rank]
+
+
 def op_errors_case():
     gname = group_name()
     plain = torch.ones(8)

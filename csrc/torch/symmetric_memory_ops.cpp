@@ -19,6 +19,7 @@
 // differ between releases (by value or by reference), so a kernel written
 // for one release would stop the extension loading on another.
 #include <ATen/ATen.h>
+#include <ATen/EmptyTensor.h>
 #include <ATen/core/stack.h>
 #include <torch/library.h>
 
@@ -228,6 +229,31 @@ void reduce_scatter_out(const c10::OperatorHandle& op, torch::jit::Stack* stack)
   a.result(output);
 }
 
+// get_remote_tensors(Tensor x, str group_name) -> Tensor[]
+// Every rank's copy of x, in rank order: views of the buffers rendezvous
+// mapped into this process, at x's place with x's shape and strides (torch's
+// CUDA kernel gives the start of each buffer; here an offset view gets its
+// peers' same view). No synchronization: reading a peer's copy is the
+// caller's to order, with barrier or signals. Each view holds the handle,
+// which holds the mappings, so a view outlives the buffer's free safely.
+void get_remote_tensors(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  Args a = args_of(op, stack);
+  const at::Tensor x = a[0].toTensor();
+  check_tensor(x, "x");
+  auto handle = cpu_symmetric_memory(x, a[1].toStringRef(), "get_remote_tensors");
+  const size_t reach = at::detail::computeStorageNbytes(x.sizes(), x.strides(), x.element_size(),
+                                                        x.storage_offset());
+  TORCH_CHECK_VALUE(reach <= handle->get_buffer_size(), "get_remote_tensors: x: reaches past its "
+                    "symmetric buffer's ", handle->get_buffer_size(), " bytes");
+  const size_t offset = size_t(x.storage_offset()) * x.element_size();
+  c10::List<at::Tensor> views;
+  for (int r = 0; r < handle->get_world_size(); ++r) {
+    views.push_back(at::from_blob(handle->buffer(r) + offset, x.sizes(), x.strides(),
+                                  [handle](void*) {}, x.options()));
+  }
+  a.result(std::move(views));
+}
+
 // What pycomm says of a symm_mem op it does not serve on CPU tensors, instead
 // of the dispatcher's "Could not run ... with arguments from the 'CPU' backend".
 const char* why_refused(const std::string& op) {
@@ -237,7 +263,7 @@ const char* why_refused(const std::string& op) {
   if (op.rfind("symm_mem::nccl_", 0) == 0) return "it is the NCCL backend's (CUDA tensors)";
   if (op.rfind("symm_mem::nvshmem_", 0) == 0) return "it is NVSHMEM's (CUDA tensors)";
   return "pycomm serves one_shot_all_reduce (and _out, _copy, _copy_out), two_shot_all_reduce_ "
-         "(and _out) and reduce_scatter_out on CPU tensors, and not this one yet";
+         "(and _out), reduce_scatter_out and get_remote_tensors on CPU tensors, and not this one yet";
 }
 
 void refuse(const c10::OperatorHandle& op, torch::jit::Stack* /*stack*/) {
@@ -252,7 +278,7 @@ constexpr const char* kRefused[] = {
     "_low_contention_all_gather_ce_multicast_out", "_low_contention_reduce_scatter",
     "all_to_all_vdev", "all_to_all_vdev_2d", "all_to_all_vdev_2d_offset", "fused_all_gather_matmul",
     "fused_all_gather_scaled_matmul", "fused_matmul_reduce_scatter",
-    "fused_scaled_matmul_reduce_scatter", "get_remote_tensors", "memcpy_to_multicast_", "memset32_",
+    "fused_scaled_matmul_reduce_scatter", "memcpy_to_multicast_", "memset32_",
     "multi_root_tile_reduce", "multimem_all_gather_out", "multimem_all_reduce_",
     "multimem_one_shot_all_reduce", "multimem_one_shot_all_reduce_out",
     "multimem_one_shot_reduce_out", "nccl_all_to_all_nd", "nccl_get", "nccl_get_out", "nccl_put",
@@ -273,6 +299,7 @@ TORCH_LIBRARY_IMPL(symm_mem, CPU, m) {
   m.impl("two_shot_all_reduce_", torch::CppFunction::makeFromBoxedFunction<&two_shot_all_reduce_>());
   m.impl("two_shot_all_reduce_out", torch::CppFunction::makeFromBoxedFunction<&two_shot_all_reduce_out>());
   m.impl("reduce_scatter_out", torch::CppFunction::makeFromBoxedFunction<&reduce_scatter_out>());
+  m.impl("get_remote_tensors", torch::CppFunction::makeFromBoxedFunction<&get_remote_tensors>());
 }
 
 }  // namespace pycomm
