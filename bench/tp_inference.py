@@ -150,8 +150,8 @@ def rank_job(args) -> None:
     extra = dict(distributed_config=DistributedConfig(tp_size=args.ranks)) if tp else {}
     model = AutoModelForCausalLM.from_pretrained(args.model_dir, dtype=torch.float32, **extra)
     model.eval()
-    if args.mode == "symm":
-        symmetric_row_outputs(model, rows=max(args.prefill, args.prompt + args.tokens))
+    placed = symmetric_row_outputs(model, max(args.prefill, args.prompt + args.tokens)) \
+        if args.mode == "symm" else None
     g = torch.Generator().manual_seed(1)
     prompt = torch.randint(0, args.vocab, (1, args.prompt), generator=g)
     long_prompt = torch.randint(0, args.vocab, (1, args.prefill), generator=g)
@@ -172,6 +172,8 @@ def rank_job(args) -> None:
     out["decode_ms"] = (t_long - t_one) / (args.tokens - 1) * 1e3
     out["prefill_ms"] = median_time(prefill) * 1e3
     out["tokens"] = tokens
+    if placed is not None:
+        out["placed"] = placed
     if args.profile:
         out["breakdown"] = profiled_decode(generate, args.tokens)
     with open(os.path.join(args.out_dir, f"rank{rank}.json"), "w") as f:
@@ -186,19 +188,21 @@ def rank_job(args) -> None:
         dist.destroy_process_group()
 
 
-def symmetric_row_outputs(model, rows: int) -> None:
+def symmetric_row_outputs(model, rows: int) -> dict:
     """The symm mode. Each row-parallel linear of the model's TP plan (each rank multiplies
     its slice of the input by its slice of the weight; an all-reduce adds the partial sums up)
-    writes its partial sum into one symmetric-memory buffer of the group instead of a fresh
-    tensor, and the all-reduce then reduces it in place. This is the same matmul and the same
-    all-reduce as transformers' own inference path for these layers (RowwiseParallel's local
-    path: F.linear, then dist.all_reduce), only with its output placed. One buffer serves
-    every layer: each output is consumed (the residual add) before the next row-parallel
-    layer runs. Outside torch.no_grad (training), the layer's own forward runs."""
+    writes its partial sum into one symmetric-memory buffer of its group instead of a fresh
+    tensor, so that transformers' own all-reduce of it (RowwiseParallel's inference path:
+    F.linear, then dist.all_reduce) runs in place. Only the matmul's output is placed: the
+    layer's TP wrapper stays around it (it calls the linear it captured when it was
+    installed, which is swapped for one that writes into the buffer). One buffer serves every
+    layer: each output is consumed (the residual add) before the next row-parallel layer
+    runs. With gradients on, or an input larger than the buffer, the layer's own linear runs.
+    Returns the count of calls that took each road, so the launcher can show the mode
+    measured what it says."""
     import fnmatch
 
     import torch
-    import torch.distributed as dist
     import torch.distributed._symmetric_memory as symm_mem
 
     plan = model.config.base_model_tp_plan or {}
@@ -207,25 +211,31 @@ def symmetric_row_outputs(model, rows: int) -> None:
               if any(fnmatch.fnmatch(name, "*" + k) for k in row_keys)]
     if not layers:
         raise SystemExit("tp_inference: symm: the model's TP plan names no rowwise linear")
-    widths = {m.out_features for m in layers}
-    buf = symm_mem.empty(rows * max(widths), dtype=torch.float32, device="cpu")
-    symm_mem.rendezvous(buf, dist.group.WORLD)
+    group = layers[0].weight.device_mesh.get_group()  # the group transformers all-reduces on
+    buf = symm_mem.empty(rows * max(m.out_features for m in layers), dtype=torch.float32, device="cpu")
+    symm_mem.rendezvous(buf, group)
+    calls = {"symmetric": 0, "own": 0}
 
-    def placed(module, own_forward):
-        weight = module.weight.to_local()  # this rank's slice: [out, in / ranks]
-
-        def forward(x, *rest, **kw):
+    def placed(module, own_linear):
+        def linear(x, *rest, **kw):
+            weight = module.weight  # this rank's slice, [out, in / ranks], inside the wrapper
             n = x.numel() // x.shape[-1] * weight.shape[0]
             if torch.is_grad_enabled() or rest or kw or module.bias is not None or n > buf.numel():
-                return own_forward(x, *rest, **kw)
+                calls["own"] += 1
+                return own_linear(x, *rest, **kw)
+            calls["symmetric"] += 1
             out = buf[:n].view(*x.shape[:-1], weight.shape[0])
-            torch.matmul(x, weight.t(), out=out)
-            dist.all_reduce(out)
-            return out
-        return forward
+            return torch.matmul(x, weight.t(), out=out)
+        return linear
 
     for m in layers:
-        m.forward = placed(m, m.forward)
+        wrapper = m.forward  # transformers' tp_forward (tensor_parallel.py, install_forward)
+        cells = dict(zip(wrapper.__code__.co_freevars, wrapper.__closure__ or ()))
+        if "original_forward" not in cells:
+            raise SystemExit("tp_inference: symm: this transformers' TP wrapper is not the one the "
+                             "mode was written for (5.23's install_forward)")
+        cells["original_forward"].cell_contents = placed(m, cells["original_forward"].cell_contents)
+    return calls
 
 
 def profiled_decode(generate, tokens: int) -> dict:
@@ -414,6 +424,11 @@ def main(argv=None) -> None:
                            decode_ms=max(r["decode_ms"] for r in results),
                            prefill_ms=max(r["prefill_ms"] for r in results),
                            ranks_agree=all(r["tokens"] == results[0]["tokens"] for r in results))
+                if mode == "symm":
+                    row["placed"] = results[0]["placed"]
+                    if row["placed"]["own"] or not row["placed"]["symmetric"]:
+                        raise SystemExit(f"tp_inference: symm: not every row-parallel call took symmetric "
+                                         f"memory: {row['placed']}")
                 tokens[mode] = results[0]["tokens"]
                 rows.append(row)
                 if profile:

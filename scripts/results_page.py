@@ -621,12 +621,17 @@ def headline(results_dir: str, page_link: str = "docs/results.md") -> List[str]:
         if all(m in modes for m in ("pycomm", "gloo", "ceiling")):
             p, g, c = modes["pycomm"], modes["gloo"], modes["ceiling"]
             same = "the same tokens as gloo" if p.get("same_tokens_as_gloo") else "OTHER tokens than gloo"
+            y = modes.get("symm")
+            symm = ("" if y is None else
+                    f"; with the activations the all-reduces take in symmetric memory, decode takes "
+                    f"{y['decode_ms'] / c['decode_ms']:.2f}x and prefill {y['prefill_ms'] / c['prefill_ms']:.2f}x"
+                    + ("" if y.get("same_tokens_as_gloo") else " (OTHER tokens than gloo)"))
             lines.append(
                 f"- **Tensor-parallel inference, transformers TP=2 on 2 CPU ranks** (a Llama-shaped "
                 f"model), median over the rounds: decode takes {p['decode_ms'] / c['decode_ms']:.2f}x "
                 f"and prefill {p['prefill_ms'] / c['prefill_ms']:.2f}x the time of the same TP run "
                 f"whose collectives cost nothing; decode runs {p['tokens_per_s'] / g['tokens_per_s']:.1f}x "
-                f"gloo's tokens per second, with {same} "
+                f"gloo's tokens per second, with {same}{symm} "
                 f"([table]({page_link}#{anchor('tp_inference_2ranks')})). Made by "
                 f"{made_by(path, doc['meta'])}.")
     # Wrapped as the rest of README is (a break inside `code` reads as a space), never

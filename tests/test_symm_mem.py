@@ -284,6 +284,17 @@ def test_op_errors_name_the_argument(backend_worlds):
         assert after == [2.0] * 8
 
 
+def test_every_symm_mem_op_is_served_or_refused_on_cpu():
+    """No op of this torch's symm_mem namespace meets the dispatcher's bare "could not run"
+    on a CPU tensor: each has pycomm's kernel or pycomm's refusal (but _rendezvous and
+    _barrier, which are torch's own for every device)."""
+    ops = {n.split(".")[0] for n in torch._C._dispatch_get_all_op_names() if n.startswith("symm_mem::")}
+    assert "symm_mem::one_shot_all_reduce" in ops
+    bare = sorted(n for n in ops - {"symm_mem::_rendezvous", "symm_mem::_barrier"}
+                  if not torch._C._dispatch_has_kernel_for_dispatch_key(n, "CPU"))
+    assert bare == []
+
+
 def size_mismatch_case():
     buf = symm_mem.empty(16 + 16 * dist.get_rank(), device="cpu")
     try:

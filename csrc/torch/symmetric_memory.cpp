@@ -114,7 +114,7 @@ void CpuSymmetricMemory::await_swap(uint32_t* word, uint32_t from, uint32_t to, 
                              std::to_string(session.pid_of(dead)) + ") exited");
       }
       if (now >= deadline) {
-        throw core::CommTimeout(where + ": timed out after " + std::to_string(timeout_s) + " s");
+        throw core::CommTimeout(c10::str(where, ": timed out after ", timeout_s, " s"));
       }
     }
     if (now < yield_until) {

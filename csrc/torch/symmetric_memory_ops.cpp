@@ -282,7 +282,7 @@ constexpr const char* kRefused[] = {
     "multi_root_tile_reduce", "multimem_all_gather_out", "multimem_all_reduce_",
     "multimem_one_shot_all_reduce", "multimem_one_shot_all_reduce_out",
     "multimem_one_shot_reduce_out", "nccl_all_to_all_nd", "nccl_get", "nccl_get_out", "nccl_put",
-    "nccl_put_signal", "nccl_put_with_signal", "nccl_reduce_scatter_offset",
+    "nccl_put_signal", "nccl_put_with_signal", "nccl_reduce_scatter_offset", "nccl_wait_signal",
     "nccl_wait_for_signal", "nvshmem_all_to_all", "nvshmem_broadcast", "nvshmem_get",
     "nvshmem_get_out", "nvshmem_put", "nvshmem_put_with_signal", "nvshmem_wait_for_signal",
     "stream_write_value32_", "tile_reduce"};
