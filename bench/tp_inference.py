@@ -425,10 +425,10 @@ def main(argv=None) -> None:
                            prefill_ms=max(r["prefill_ms"] for r in results),
                            ranks_agree=all(r["tokens"] == results[0]["tokens"] for r in results))
                 if mode == "symm":
-                    row["placed"] = results[0]["placed"]
-                    if row["placed"]["own"] or not row["placed"]["symmetric"]:
+                    row["placed"] = [r["placed"] for r in results]
+                    if any(p["own"] or not p["symmetric"] for p in row["placed"]):
                         raise SystemExit(f"tp_inference: symm: not every row-parallel call took symmetric "
-                                         f"memory: {row['placed']}")
+                                         f"memory on every rank: {row['placed']}")
                 tokens[mode] = results[0]["tokens"]
                 rows.append(row)
                 if profile:

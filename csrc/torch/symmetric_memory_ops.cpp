@@ -58,6 +58,17 @@ struct SymmetricView {
   }
 };
 
+// Where t starts in its symmetric buffer, in bytes, every element it reaches
+// (any strides) checked to lie inside the buffer.
+size_t place_in_buffer(const char* name, const at::Tensor& t, const char* arg,
+                       CpuSymmetricMemory& handle) {
+  const size_t reach = at::detail::computeStorageNbytes(t.sizes(), t.strides(), t.element_size(),
+                                                        t.storage_offset());
+  TORCH_CHECK_VALUE(reach <= handle.get_buffer_size(), name, ": ", arg,
+                    ": reaches past its symmetric buffer's ", handle.get_buffer_size(), " bytes");
+  return size_t(t.storage_offset()) * t.element_size();
+}
+
 SymmetricView symmetric_view(const char* name, const at::Tensor& t, const char* arg,
                              const std::string& reduce_op, const std::string& group_name) {
   check_tensor(t, arg);
@@ -70,9 +81,7 @@ SymmetricView symmetric_view(const char* name, const at::Tensor& t, const char* 
   v.esize = core::dtype_size(v.dtype);
   v.count = size_t(t.numel()) * (t.is_complex() ? 2 : 1);
   v.handle = cpu_symmetric_memory(t, group_name, name);
-  v.offset = size_t(t.storage_offset()) * t.element_size();
-  TORCH_CHECK_VALUE(v.offset + v.count * v.esize <= v.handle->get_buffer_size(), name, ": ", arg,
-                    ": reaches past its symmetric buffer's ", v.handle->get_buffer_size(), " bytes");
+  v.offset = place_in_buffer(name, t, arg, *v.handle);
   v.rank = v.handle->get_rank();
   v.world = v.handle->get_world_size();
   return v;
@@ -241,11 +250,7 @@ void get_remote_tensors(const c10::OperatorHandle& op, torch::jit::Stack* stack)
   const at::Tensor x = a[0].toTensor();
   check_tensor(x, "x");
   auto handle = cpu_symmetric_memory(x, a[1].toStringRef(), "get_remote_tensors");
-  const size_t reach = at::detail::computeStorageNbytes(x.sizes(), x.strides(), x.element_size(),
-                                                        x.storage_offset());
-  TORCH_CHECK_VALUE(reach <= handle->get_buffer_size(), "get_remote_tensors: x: reaches past its "
-                    "symmetric buffer's ", handle->get_buffer_size(), " bytes");
-  const size_t offset = size_t(x.storage_offset()) * x.element_size();
+  const size_t offset = place_in_buffer("get_remote_tensors", x, "x", *handle);
   c10::List<at::Tensor> views;
   for (int r = 0; r < handle->get_world_size(); ++r) {
     views.push_back(at::from_blob(handle->buffer(r) + offset, x.sizes(), x.strides(),
