@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check: one run of at most 9 minutes on a machine with one CUDA GPU (the H200
+# The GPU check: one run of at most 9.5 minutes on a machine with one CUDA GPU (the H200
 # pycomm borrows for ~15 minutes, start-up included) that returns, cheapest and most certain
 # first: the machine's facts that need no torch (nvidia-smi, the tools, the packages, Python's
 # headers), then torch's; the build and pycomm's CUDA status; the native protocol tests;
@@ -19,7 +19,7 @@
 #                                  left; the others are recorded "skipped: not selected"
 #
 # Every step has a time limit (STEPS below: their sum, printed first, is the run's worst
-# case and stays under 9 minutes); its output goes to $OUT/log.txt as it runs and its line to
+# case and stays under 9.5 minutes); its output goes to $OUT/log.txt as it runs and its line to
 # $OUT/steps.tsv when it ends; one that fails or runs out of time never stops the next. After
 # each step bench/gpu_summary.py rebuilds $OUT/results.json (the numbers) and $OUT/table.txt,
 # so $OUT (bench/out/gpu when unset) holds these four files whenever the run ends.
@@ -63,6 +63,7 @@ torch_facts        45 beside
 import             15
 native_build      140 beside
 native_tests       15
+cpu_threads        12
 threads_tiny       10
 threads_2          10
 threads_4          10
@@ -83,6 +84,7 @@ ddp_grads          30
 ipc_grid_3         45
 cpu_collectives_4  15 later
 cpu_collectives_8  20 later
+cpu_collectives_16 30 later
 summary             5
 "
 limit_of() {
@@ -392,6 +394,21 @@ native_build() {
   fi
 }
 
+# thread_scaling_sizes: the native thread_scaling bench on up to every core, at 64 MiB and
+# 16 MiB buffers (the size issue 35's target names).
+thread_scaling_sizes() {
+  local run=("$native/thread_scaling" "$jobs")
+  if [ "${1:-}" = --dry-run ]; then
+    shift
+    [ $# = 0 ] || { echo "thread_scaling_sizes: unknown arguments: $*"; return 2; }
+    [ -f csrc/core/bench/thread_scaling.cpp ] || { echo "no csrc/core/bench/thread_scaling.cpp"; return 9; }
+    echo "would run: ${run[*]} 64 && ${run[*]} 16"
+    return 0
+  fi
+  [ $# = 0 ] || { echo "thread_scaling_sizes: unknown arguments: $*"; return 2; }
+  "${run[@]}" 64 && "${run[@]}" 16
+}
+
 # MPS as a daemon of our own: its pipe and log folders are ours, exported only from
 # mps_start on (a client finds the daemon through them).
 export mps_pipe=$work/mps/pipe mps_log=$work/mps/log
@@ -464,7 +481,7 @@ stop_mps() {
   echo "MPS stopped (killed)"
   return 8  # stopped, but not as asked: worth a look
 }
-export -f dry_form native_flags_known machine_facts native_build start_mps mps_pids stop_mps
+export -f dry_form native_flags_known machine_facts native_build thread_scaling_sizes start_mps mps_pids stop_mps
 
 # (0) The machine, first: what every later step depends on, without torch. The GPU steps
 # run when `nvidia-smi -L` lists a GPU; or when it did not answer in time but a device node
@@ -511,6 +528,13 @@ collect native_build "dry run"
 native_tests_ready() { status_is_ok native_build && test -f "$native/CTestTestfile.cmake"; }
 runnable native_tests "no native tests (native_build: no cmake, or it failed)" native_tests_ready &&
   host native_tests ctest --test-dir "$native" --output-on-failure -j "$jobs" --timeout 10
+
+# (2b) The copy and reduction loops of one large message on 1, 2, 4, 8 and 16 of the host's
+# cores against memcpy on as many (issue 35's calibration of the scaling model: what a rank's
+# thread team could gain on a many-core host), while the cores are quiet.
+have_thread_scaling() { status_is_ok native_build && test -x "$native/thread_scaling"; }
+runnable cpu_threads "no thread_scaling bench (native_build failed)" have_thread_scaling &&
+  host cpu_threads thread_scaling_sizes
 
 # (3) Ranks as threads of one process, one stream each: first a tiny grid of odd sizes
 # (12 bytes up, pieces through a 64 KiB staging buffer; the bench counts #wrong), then the
@@ -618,7 +642,7 @@ runnable ipc_grid_3 "needs pycomm with CUDA (import) and pytest" ipc_ready &&
 
 # (8) The CPU shared-memory path on the 16 cores CI does not have: the collectives DDP and
 # FSDP use.
-for n in 4 8; do
+for n in 4 8 16; do
   host "cpu_collectives_$n" python3 bench/collectives_perf.py --nproc "$n" -b 64K -e 16M -f 256 \
     --collective all_reduce,all_gather,reduce_scatter --rounds 1 --min-time 0.1 --no-mpi \
     --no-deepspeed --json "$raw/cpu_collectives_$n.json"

@@ -48,6 +48,8 @@ RESIDENT = re.compile(r"^# (\d+ SMs: at most \d+ blocks a rank)", re.M)
 # gpu_check.sh records a sanitizer step whose bench exited 3 (an in-kernel wait for a peer
 # timed out) as skipped with this reason: the sanitizer ran the ranks one at a time.
 SERIALIZED = "skipped: sanitizer serialized"
+# The native thread_scaling bench: its heading (buffer size, cores) and one row a team size.
+THREAD_SCALING = re.compile(r"^(vector path: .*|(?:memcpy|reduce .*?)\s+\d+\s+[\d.]+\s+\(.*)$", re.M)
 
 
 # --------------------------------------------------------------------------- gathering
@@ -68,6 +70,9 @@ def _log_facts(text):
     ctest = CTEST_LINE.search(text)
     if ctest:
         facts["ctest"] = ctest.group(0)
+    scaling = THREAD_SCALING.findall(text)
+    if scaling:
+        facts["thread_scaling"] = [" ".join(row.split()) for row in scaling]
     resident = RESIDENT.search(text)
     if resident:
         facts["resident"] = resident.group(1)
@@ -252,6 +257,8 @@ def number_lines(results):
                 lines += ddp_grads_lines(name, data)
             elif name == "ddp_resnet50" and data:
                 lines += ddp_lines(name, data)
+            elif name == "cpu_threads":
+                lines += [f"{name}: {row}" for row in facts.get("thread_scaling", [])]
             elif name.startswith("cpu_collectives_") and data:
                 lines += cpu_lines(name, data)
             elif name.startswith("ipc_"):

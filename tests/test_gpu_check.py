@@ -24,18 +24,19 @@ REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "bench" / "gpu_check.sh"
 # The run's worst case (the sum of its steps' limits) must leave the GPU machine's
 # 15 minutes room for its start and a rerun.
-TOTAL_LIMIT_S = 540
+TOTAL_LIMIT_S = 570
 # What the device machine brings back from $OUT.
 MAX_FILES, MAX_DEPTH = 8, 2
 # Every step, in the order a run takes them (those marked "later" only when --steps names
 # them): no torch before the preflight's facts, the cheapest and most telling first, and
 # last the 3-process IPC grid, which may not finish without MPS.
 ORDER = ("preflight", "build", "torch_facts", "import", "native_build", "native_tests",
-         "threads_tiny", "threads_2", "threads_4", "threads_8", "memcheck", "initcheck",
+         "cpu_threads", "threads_tiny", "threads_2", "threads_4", "threads_8", "memcheck", "initcheck",
          "synccheck", "ipc_smoke", "ipc_tests", "mps_start", "mps_procs_2", "mps_procs_3",
          "mps_procs_4", "mps_symm_2", "ddp_resnet50", "mps_stop", "ddp_grads", "ipc_grid_3",
-         "cpu_collectives_4", "cpu_collectives_8", "summary")
-LATER = ("mps_procs_3", "ddp_resnet50", "cpu_collectives_4", "cpu_collectives_8")
+         "cpu_collectives_4", "cpu_collectives_8", "cpu_collectives_16", "summary")
+LATER = ("mps_procs_3", "ddp_resnet50", "cpu_collectives_4", "cpu_collectives_8",
+         "cpu_collectives_16")
 BESIDE = ("torch_facts", "native_build")
 GPU_STEPS = ("threads_tiny", "threads_2", "threads_4", "threads_8", "memcheck", "initcheck",
              "synccheck", "ipc_smoke", "ipc_tests", "mps_start", "mps_procs_2", "mps_procs_3",
@@ -132,7 +133,7 @@ def test_every_step_is_in_the_table_ok_or_skipped(runs):
         assert steps[name]["status"] == "skipped: no GPU (dry run)", name
 
 
-def test_total_limit_is_printed_and_under_nine_minutes(runs):
+def test_total_limit_is_printed_and_under_the_limit(runs):
     total = int(re.search(r"at most (\d+) s in all", runs["stdout"]).group(1))
     assert total < TOTAL_LIMIT_S
     planned = _planned(runs["stdout"])
