@@ -61,6 +61,7 @@ preflight          26
 build             140
 torch_facts        45 beside
 import             15
+error_paths        20
 native_build      140 beside
 native_tests       15
 cpu_threads        12
@@ -72,8 +73,8 @@ memcheck           18
 initcheck          15
 synccheck          15
 ipc_smoke          40
-ipc_tests          60
-mps_start          10
+ipc_tests          90
+mps_start          20
 mps_procs_2        18
 mps_procs_3        18 later
 mps_procs_4        18
@@ -81,10 +82,11 @@ mps_symm_2         15
 ddp_resnet50       45 later
 mps_stop           12
 ddp_grads          30
-ipc_grid_3         45
-cpu_collectives_4  15 later
-cpu_collectives_8  20 later
-cpu_collectives_16 30 later
+ipc_grid_3         45 later
+cpu_teams          45 later
+cpu_collectives_4  45 later
+cpu_collectives_8  60 later
+cpu_collectives_16 90 later
 summary             5
 "
 limit_of() {
@@ -409,6 +411,36 @@ thread_scaling_sizes() {
   "${run[@]}" 64 && "${run[@]}" 16
 }
 
+# error_paths: an error raised in pycomm's C++ reaches Python as the exception it names,
+# in a process of its own; where it crashes instead (the first GPU run's ipc_smoke died so,
+# in test_sum_into_rejects_bad_input), the compilers and libraries behind the build and
+# the crash's backtrace (cuda-gdb debugs host code too).
+error_paths() {
+  local code='import torch, pycomm
+try:
+    torch.ops.pycomm.sum_into_(torch.zeros(3, dtype=torch.float64), torch.zeros(3, dtype=torch.float64))
+except TypeError as e:
+    print("a TypeError came through:", str(e).splitlines()[0])'
+  if [ "${1:-}" = --dry-run ]; then
+    shift
+    [ $# = 0 ] || { echo "error_paths: unknown arguments: $*"; return 2; }
+    python3 -c "${code/torch.ops.pycomm.sum_into_(/print(torch.ops.pycomm.sum_into_, }"
+    return
+  fi
+  [ $# = 0 ] || { echo "error_paths: unknown arguments: $*"; return 2; }
+  python3 -c "$code" && return 0
+  echo "the error crashed the process (rc $?); what built it and what it loads:"
+  echo "CXX=${CXX:-} CC=${CC:-}; c++: $(command -v c++) g++: $(command -v g++)"
+  for cc in c++ g++ /opt/gcc/bin/g++; do command -v "$cc" >/dev/null && echo "$cc: $("$cc" --version | head -n 1)"; done
+  ldd pycomm/_C*.so | grep -E 'stdc\+\+|gcc_s|libc\.so|torch_python'
+  python3 -c 'import torch; print("torch built with:", torch.__config__.show().splitlines()[1:4])'
+  if command -v cuda-gdb >/dev/null; then
+    echo "the backtrace:"
+    timeout 40 cuda-gdb -q -batch -ex run -ex bt -ex quit --args python3 -c "$code" 2>&1 | grep -v '^\[' | tail -n 40
+  fi
+  return 1
+}
+
 # MPS as a daemon of our own: its pipe and log folders are ours, exported only from
 # mps_start on (a client finds the daemon through them).
 export mps_pipe=$work/mps/pipe mps_log=$work/mps/log
@@ -481,7 +513,7 @@ stop_mps() {
   echo "MPS stopped (killed)"
   return 8  # stopped, but not as asked: worth a look
 }
-export -f dry_form native_flags_known machine_facts native_build thread_scaling_sizes start_mps mps_pids stop_mps
+export -f dry_form native_flags_known machine_facts native_build thread_scaling_sizes error_paths start_mps mps_pids stop_mps
 
 # (0) The machine, first: what every later step depends on, without torch. The GPU steps
 # run when `nvidia-smi -L` lists a GPU; or when it did not answer in time but a device node
@@ -522,6 +554,8 @@ else
 fi
 collect torch_facts ""
 any import python3 bench/gpu_facts.py pycomm --json "$raw/pycomm.json"
+runnable error_paths "needs pycomm (import)" status_is_ok import &&
+  any error_paths error_paths
 
 # (2) The native protocol and kernel tests, once the native build is done.
 collect native_build "dry run"
@@ -579,6 +613,10 @@ skip_rc=
 pycomm_ok() { status_is_ok import; }
 ipc_ready() { pycomm_ok && have_package pytest; }
 pytest_steps=(python3 -m pytest -v -p no:cacheprovider -rfEs)
+# In a worker process where pytest-xdist is there: a test that crashes its process is
+# recorded as failed and the next tests run in a fresh worker, instead of the crash ending
+# the step (the first GPU run lost the rest of ipc_smoke so).
+[ -z "$dry" ] && have_package xdist && pytest_steps+=(-n 1)
 path_test=tests/test_cuda_path.py
 runnable ipc_smoke "needs pycomm with CUDA (import) and pytest" ipc_ready &&
   gpu ipc_smoke "${pytest_steps[@]}" \
@@ -640,8 +678,10 @@ runnable ddp_grads "needs pycomm with CUDA (import) and torchvision" ddp_ready &
 runnable ipc_grid_3 "needs pycomm with CUDA (import) and pytest" ipc_ready &&
   gpu ipc_grid_3 "${pytest_steps[@]}" "$path_test::test_all_reduce_grid[3]"
 
-# (8) The CPU shared-memory path on the 16 cores CI does not have: the collectives DDP and
-# FSDP use.
+# (8) The CPU shared-memory path on the 16 cores CI does not have: a rank's thread team
+# (2 ranks, teams of 1 to 8 threads, in turns), then the collectives DDP and FSDP use.
+host cpu_teams python3 bench/team_perf.py --nproc 2 --threads 1,2,4,8 -b 1M -e 64M -f 4 \
+  --collective all_reduce,all_gather --rounds 3 --min-time 0.6 --json "$raw/cpu_teams.json"
 for n in 4 8 16; do
   host "cpu_collectives_$n" python3 bench/collectives_perf.py --nproc "$n" -b 64K -e 16M -f 256 \
     --collective all_reduce,all_gather,reduce_scatter --rounds 1 --min-time 0.1 --no-mpi \

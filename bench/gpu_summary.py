@@ -40,6 +40,9 @@ schema = _load_results_schema()
 SHOWN_SIZES = (8, 1 << 20, 256 << 20)
 # pytest -v lines, and what --collect-only prints.
 PYTEST_OUTCOME = re.compile(r"^(tests/\S+::\S+) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b", re.M)
+# The same under pytest-xdist (-n 1): "[gw0] [ 47%] PASSED tests/x.py::test".
+PYTEST_XDIST_OUTCOME = re.compile(
+    r"^\[gw\d+\] \[\s*\d+%\] (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) (tests/\S+::\S+)", re.M)
 PYTEST_COLLECTED = re.compile(r"(\d+) tests? collected")
 SANITIZER_ERRORS = re.compile(r"ERROR SUMMARY: (\d+) error")
 CTEST_LINE = re.compile(r"\d+% tests passed, \d+ tests failed out of \d+")
@@ -58,7 +61,7 @@ def _log_facts(text):
     """What the table needs from a step's log: its last line, and what a tool printed."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     facts = dict(last_line=lines[-1][:160] if lines else "")
-    outcomes = PYTEST_OUTCOME.findall(text)
+    outcomes = PYTEST_OUTCOME.findall(text) + [(t, o) for o, t in PYTEST_XDIST_OUTCOME.findall(text)]
     if outcomes:
         facts["pytest"] = {name: outcome for name, outcome in outcomes}
     collected = PYTEST_COLLECTED.search(text)
@@ -235,6 +238,18 @@ def cpu_lines(name, data):
     return [f"{name}: {s['line']}" for s in schema.document(data)["summary"]]
 
 
+def teams_lines(name, data):
+    """bench/team_perf.py: each size's time per team size and its speed-up over one thread."""
+    doc = schema.document(data)
+    teams = doc["meta"].get("threads", [])
+    lines = []
+    for r in doc["rows"]:
+        cells = ", ".join(f"t={t} {r[f't{t}_us']:.0f} us (x{r[f't{t}_speedup']:.2f})" for t in teams)
+        lines.append(f"{name} {r['collective']} {human(r['size'])}, {r['world_size']} ranks: {cells}; "
+                     f"#wrong {r['wrong']}, bitwise equal {'yes' if r['bitwise_equal'] else 'NO'}")
+    return lines
+
+
 def number_lines(results):
     lines = []
     if isinstance(results.get("machine"), dict):
@@ -259,6 +274,8 @@ def number_lines(results):
                 lines += ddp_lines(name, data)
             elif name == "cpu_threads":
                 lines += [f"{name}: {row}" for row in facts.get("thread_scaling", [])]
+            elif name == "cpu_teams" and data:
+                lines += teams_lines(name, data)
             elif name.startswith("cpu_collectives_") and data:
                 lines += cpu_lines(name, data)
             elif name.startswith("ipc_"):

@@ -57,6 +57,17 @@
   X(direct_max_bytes, tuning.direct_max_bytes, "PYCOMM_DIRECT_MAX_KB", "KiB", 1024,                \
     size_t(world == 2 ? 64 : 64 * 1024),                                                           \
     "algorithm=auto: one shot up to this many bytes per rank, the ring above")                    \
+  /* A rank owns its share of the host's cores; one thread moving a large message uses one of   \
+     them. thread_scaling (csrc/core/bench) on a 16-core host: float32 sums of 16 MiB buffers     \
+     3.5x faster on 8 threads than on 1, copies 3.6x; on this 2-core host 1.2-1.8x on 2. */        \
+  X(team_threads, tuning.team_threads, "PYCOMM_THREADS", "count", 1,                               \
+    size_t(std::max(1, cores / std::max(1, world))),                                               \
+    "threads that copy and reduce each large piece, the rank's own included: its cores over the " \
+    "ranks on the host (1 when ranks fill the cores); more oversubscribes the cores")            \
+  /* A share must outweigh waking a helper (a few microseconds when it spins, tens when it       \
+     sleeps): 32 KiB is 3 us at 10 GB/s. A 256 KiB piece splits 8 ways at most. */                \
+  X(team_share_bytes, tuning.team_share_bytes, "PYCOMM_TEAM_SHARE_KB", "KiB", 1024,                \
+    size_t(32 * 1024), "a piece is split among the threads only into shares of at least this size") \
   X(restore_on_failure, tuning.restore_on_failure, "PYCOMM_RESTORE_ON_FAILURE", "0/1", 1, true,   \
     "pycomm.all_reduce puts its tensor back when it fails part way (input_backup.h)")             \
   /* Not yet measured on a GPU: large enough that a 25 MiB DDP bucket goes in one piece. */       \

@@ -2,6 +2,7 @@
 // table (settings.h, where each default's reason is stated).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <string>
 

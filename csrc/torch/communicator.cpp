@@ -1,6 +1,7 @@
 #include "communicator.h"
 
 #include <c10/core/StreamGuard.h>
+#include <sched.h>
 
 #include <string>
 
@@ -21,6 +22,16 @@ core::DataRegion region_of(int world, const core::CommConfig& config) {
   core::DataRegion region = core::ShmDataPath::region(world, config.data);
   core::P2PChannels::reserve(region, world, config.p2p);
   return region;
+}
+
+// A team's helper spins between pieces only while the host has a core for it:
+// on oversubscribed cores its spin takes the time slice that its rank's caller
+// or a peer needs (2 ranks x 2 threads on 2 cores: 16 MiB all-reduce 7.1 ms
+// with the stream's 64 us spin, 4.5 ms without; 1.5 ms with no team at all).
+double team_spin_us(const core::CommConfig& config, int world) {
+  cpu_set_t set;
+  const int cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+  return size_t(world) * config.tuning.team_threads <= size_t(cores) ? config.wait.stream_spin_us : 0.0;
 }
 
 }  // namespace
@@ -137,7 +148,8 @@ Communicator::Communicator(int rank, int world, const core::SegmentPlace& place,
                            const core::CommConfig& config)
     : config_(config),
       session_(create ? core::Session::create(rank, world, place, config.wait, region_of(world, config))
-                      : core::Session::attach(rank, world, place, config.wait)) {
+                      : core::Session::attach(rank, world, place, config.wait)),
+      team_(int(config.tuning.team_threads), config.tuning.team_share_bytes, team_spin_us(config, world)) {
   try {
     path_ = std::make_unique<core::ShmDataPath>(*session_);
     channels_ = std::make_unique<core::P2PChannels>(*session_);
@@ -149,7 +161,7 @@ Communicator::Communicator(int rank, int world, const core::SegmentPlace& place,
     if (create) session_->unlink_name();
     throw;
   }
-  context_.emplace(core::Context{*session_, *path_, backup_, config_.tuning});
+  context_.emplace(core::Context{*session_, *path_, backup_, config_.tuning, team_});
 }
 
 Communicator::~Communicator() { close(); }

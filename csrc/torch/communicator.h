@@ -204,6 +204,7 @@ class Communicator {
   std::unique_ptr<core::P2PChannels> channels_;
   std::unique_ptr<core::P2PEngine> p2p_;  // declared after what it uses: destroyed first
   core::InputBackup backup_;  // used only by whoever holds busy_
+  core::ThreadTeam team_;      // likewise (a split that finds it busy runs alone)
   std::optional<core::Context> context_;
   std::unique_ptr<CudaPath, CudaPathDelete> cuda_path_;
 

@@ -3,7 +3,6 @@
 // ones. Out of place: the input is never written (unless it is the output's
 // own chunk, which receives the same values).
 #include <algorithm>
-#include <cstring>
 
 #include "../errors.h"
 #include "collectives.h"
@@ -35,10 +34,10 @@ void all_gather(const Context& ctx, const AllGatherArgs& a) {
   size_t done = 0;
   do {
     const size_t n = std::min(a.count - done, piece);
-    std::memcpy(ctx.path.next_slot(), in + done * esize, n * esize);
+    team_copy(ctx.team, ctx.path.next_slot(), in + done * esize, n * esize);
     ctx.session.handshake(fp);
     for (int r = 0; r < world; ++r) {
-      std::memcpy(out + (size_t(r) * a.count + done) * esize, ctx.path.slot(r), n * esize);
+      team_copy(ctx.team, out + (size_t(r) * a.count + done) * esize, ctx.path.slot(r), n * esize);
     }
     done += n;
   } while (done < a.count);

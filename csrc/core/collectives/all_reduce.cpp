@@ -23,12 +23,12 @@ void direct(const Context& ctx, const AllReduceArgs& a, const Fingerprint& fp, i
   size_t done = 0;
   do {
     const size_t n = std::min(a.count - done, piece);
-    std::memcpy(ctx.path.next_slot(), data + done * esize, n * esize);
+    team_copy(ctx.team, ctx.path.next_slot(), data + done * esize, n * esize);
     ctx.session.handshake(fp);
     // A one-piece collective writes the tensor after its only wait, so it
     // needs no backup; a multi-piece one saves each piece it overwrites.
     if (n < a.count) ctx.backup.save(done * esize, n * esize);
-    reduce_sources(a.dtype, a.op, data + done * esize, ctx.path.slots(), world, n, divisor);
+    team_reduce_sources(ctx.team, a.dtype, a.op, data + done * esize, ctx.path.slots(), world, n, divisor);
     done += n;
   } while (done < a.count);
 }

@@ -85,13 +85,13 @@ void all_to_all(const Context& ctx, const AllToAllArgs& a) {
     for (size_t m = 0; m < std::max(nsend, nrecv + lag); ++m) {
       if (m < nsend) {
         const size_t len = std::min(send_piece, send_bytes - m * send_piece);
-        std::memcpy(ctx.path.send_buffer(to), src + m * send_piece, len);
+        team_copy(ctx.team, ctx.path.send_buffer(to), src + m * send_piece, len);
         ctx.path.send_commit(to);
       }
       if (m >= lag && m - lag < nrecv) {
         const size_t r = m - lag;
         const size_t len = std::min(recv_piece, recv_bytes - r * recv_piece);
-        std::memcpy(dst + r * recv_piece, ctx.path.recv_buffer(from), len);
+        team_copy(ctx.team, dst + r * recv_piece, ctx.path.recv_buffer(from), len);
         ctx.path.recv_commit(from);
       }
     }

@@ -2,7 +2,6 @@
 // every other rank copies it out. The slots' two parities let the root fill
 // piece k+1 while the others still read piece k.
 #include <algorithm>
-#include <cstring>
 
 #include "../errors.h"
 #include "collectives.h"
@@ -24,12 +23,12 @@ void broadcast(const Context& ctx, const BroadcastArgs& a) {
     size_t done = 0;
     do {
       const size_t n = std::min(a.count - done, piece);
-      if (is_root) std::memcpy(ctx.path.next_slot(), data + done * esize, n * esize);
+      if (is_root) team_copy(ctx.team, ctx.path.next_slot(), data + done * esize, n * esize);
       ctx.session.handshake(fp);
       if (!is_root) {
         // One piece: written after the only wait, nothing to restore.
         if (n < a.count) ctx.backup.save(done * esize, n * esize);
-        std::memcpy(data + done * esize, ctx.path.slot(a.root), n * esize);
+        team_copy(ctx.team, data + done * esize, ctx.path.slot(a.root), n * esize);
       }
       done += n;
     } while (done < a.count);

@@ -20,6 +20,7 @@
 #include "../collective.h"
 #include "../dtypes.h"
 #include "../errors.h"
+#include "../kernels/thread_team.h"
 #include "../transport/session.h"
 #include "../transport/shm_data_path.h"
 #include "input_backup.h"
@@ -37,6 +38,10 @@ struct CollectiveTuning {
   // The CUDA path: each rank's device staging buffer (larger all-reduces go
   // through it in pieces).
   size_t cuda_buffer_bytes = 0;
+  // The rank's thread team (kernels/thread_team.h): its size, and the least a
+  // share of a piece holds.
+  size_t team_threads = 1;
+  size_t team_share_bytes = 32 * 1024;
 };
 
 // What a collective runs on. One per communicator; one collective at a time.
@@ -45,6 +50,7 @@ struct Context {
   ShmDataPath& path;
   InputBackup& backup;
   const CollectiveTuning& tuning;
+  ThreadTeam& team;  // copies and reduces the large pieces
 };
 
 // all_reduce, all_gather and reduce_scatter run kDirect or kRing; anything

@@ -4,7 +4,6 @@
 // piece k+1 while the root still reads piece k; the next handshake is where
 // the root is done with it.
 #include <algorithm>
-#include <cstring>
 
 #include "../errors.h"
 #include "collectives.h"
@@ -25,11 +24,11 @@ void gather(const Context& ctx, const GatherArgs& a) {
   size_t done = 0;
   do {
     const size_t n = std::min(a.count - done, piece);
-    std::memcpy(ctx.path.next_slot(), in + done * esize, n * esize);
+    team_copy(ctx.team, ctx.path.next_slot(), in + done * esize, n * esize);
     ctx.session.handshake(fp);
     if (is_root) {
       for (int r = 0; r < world; ++r) {
-        std::memcpy(out + (size_t(r) * a.count + done) * esize, ctx.path.slot(r), n * esize);
+        team_copy(ctx.team, out + (size_t(r) * a.count + done) * esize, ctx.path.slot(r), n * esize);
       }
     }
     done += n;

@@ -2,7 +2,6 @@
 // handshake the root combines all slots in rank order. The other ranks'
 // tensors are left as they were.
 #include <algorithm>
-#include <cstring>
 
 #include "../errors.h"
 #include "../kernels/reduce_kernels.h"
@@ -26,11 +25,11 @@ void reduce(const Context& ctx, const ReduceArgs& a) {
     size_t done = 0;
     do {
       const size_t n = std::min(a.count - done, piece);
-      std::memcpy(ctx.path.next_slot(), data + done * esize, n * esize);
+      team_copy(ctx.team, ctx.path.next_slot(), data + done * esize, n * esize);
       ctx.session.handshake(fp);
       if (is_root) {
         if (n < a.count) ctx.backup.save(done * esize, n * esize);
-        reduce_sources(a.dtype, a.op, data + done * esize, ctx.path.slots(), world, n, divisor);
+        team_reduce_sources(ctx.team, a.dtype, a.op, data + done * esize, ctx.path.slots(), world, n, divisor);
       }
       done += n;
     } while (done < a.count);

@@ -4,7 +4,6 @@
 // order); the reduce-scatter half of the ring for large ones. Out of place: the
 // input is never written.
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include "../errors.h"
@@ -49,13 +48,14 @@ void reduce_scatter(const Context& ctx, const ReduceScatterArgs& a) {
     const size_t n = std::min(a.count - done, piece);
     char* mine = static_cast<char*>(ctx.path.next_slot());
     for (int c = 0; c < world; ++c) {
-      std::memcpy(mine + size_t(c) * piece * esize, in + (size_t(c) * a.count + done) * esize, n * esize);
+      team_copy(ctx.team, mine + size_t(c) * piece * esize, in + (size_t(c) * a.count + done) * esize,
+                n * esize);
     }
     ctx.session.handshake(fp);
     for (int r = 0; r < world; ++r) {
       sources[size_t(r)] = static_cast<const char*>(ctx.path.slot(r)) + size_t(rank) * piece * esize;
     }
-    reduce_sources(a.dtype, a.op, out + done * esize, sources.data(), world, n, divisor);
+    team_reduce_sources(ctx.team, a.dtype, a.op, out + done * esize, sources.data(), world, n, divisor);
     done += n;
   } while (done < a.count);
 }

@@ -1,9 +1,8 @@
 #include "ring.h"
 
-#include <cstring>
 #include <vector>
 
-#include "../kernels/reduce_kernels.h"
+#include "../kernels/thread_team.h"
 #include "../ring_schedule.h"
 
 namespace pycomm::core {
@@ -28,6 +27,7 @@ const std::vector<RingStep>& cached_steps(int rank, int world, bool rs, bool ag)
 
 void run_ring(const Context& ctx, const RingJob& job) {
   ShmDataPath& p = ctx.path;
+  ThreadTeam& team = ctx.team;
   const int world = ctx.session.world();
   const int rank = ctx.session.rank();
   const int next = (rank + 1) % world;
@@ -51,14 +51,14 @@ void run_ring(const Context& ctx, const RingJob& job) {
           // In place, every slice is first touched here or in kReduceSend /
           // kFinish: save it then, while it is in cache.
           if (in_place) ctx.backup.save(at, n * esize);
-          ring_first(job.dtype, job.input + at, p.send_buffer(next), n);
+          team_ring_first(team, job.dtype, job.input + at, p.send_buffer(next), n);
           p.send_commit(next);
           break;
         }
         case RingAction::kReduceSend: {
           if (in_place) ctx.backup.save(at, n * esize);
           const void* in = p.recv_buffer(prev);
-          ring_middle(job.dtype, job.op, in, job.input + at, p.send_buffer(next), n);
+          team_ring_middle(team, job.dtype, job.op, in, job.input + at, p.send_buffer(next), n);
           p.send_commit(next);
           p.recv_commit(prev);
           break;
@@ -66,36 +66,36 @@ void run_ring(const Context& ctx, const RingJob& job) {
         case RingAction::kFinish: {
           if (in_place) ctx.backup.save(at, n * esize);
           const void* in = p.recv_buffer(prev);
-          ring_last(job.dtype, job.op, in, job.input + at, job.output + at, p.send_buffer(next), n,
-                    job.divisor);
+          team_ring_last(team, job.dtype, job.op, in, job.input + at, job.output + at, p.send_buffer(next), n,
+                         job.divisor);
           p.send_commit(next);
           p.recv_commit(prev);
           break;
         }
         case RingAction::kFinishLast: {
           const void* in = p.recv_buffer(prev);
-          ring_last(job.dtype, job.op, in, job.input + at, job.owned_output + in_chunk(), nullptr, n,
-                    job.divisor);
+          team_ring_last(team, job.dtype, job.op, in, job.input + at, job.owned_output + in_chunk(), nullptr,
+                         n, job.divisor);
           p.recv_commit(prev);
           break;
         }
         case RingAction::kSendOwned: {
           const char* own = job.owned_input + in_chunk();
-          if (job.output + at != own) std::memcpy(job.output + at, own, n * esize);
-          std::memcpy(p.send_buffer(next), own, n * esize);
+          if (job.output + at != own) team_copy(team, job.output + at, own, n * esize);
+          team_copy(team, p.send_buffer(next), own, n * esize);
           p.send_commit(next);
           break;
         }
         case RingAction::kCopyForward: {
           const void* in = p.recv_buffer(prev);
-          std::memcpy(job.output + at, in, n * esize);
-          std::memcpy(p.send_buffer(next), in, n * esize);
+          team_copy(team, job.output + at, in, n * esize);
+          team_copy(team, p.send_buffer(next), in, n * esize);
           p.send_commit(next);
           p.recv_commit(prev);
           break;
         }
         case RingAction::kCopyLast: {
-          std::memcpy(job.output + at, p.recv_buffer(prev), n * esize);
+          team_copy(team, job.output + at, p.recv_buffer(prev), n * esize);
           p.recv_commit(prev);
           break;
         }

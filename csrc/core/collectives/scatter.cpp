@@ -3,7 +3,6 @@
 // its own piece out. The slots' two parities let the root fill the next
 // pieces while the others still read these, as in broadcast.
 #include <algorithm>
-#include <cstring>
 
 #include "../errors.h"
 #include "collectives.h"
@@ -28,14 +27,13 @@ void scatter(const Context& ctx, const ScatterArgs& a) {
     if (rank == a.root) {
       char* slot = static_cast<char*>(ctx.path.next_slot());
       for (int r = 0; r < world; ++r) {
-        std::memcpy(slot + size_t(r) * piece * esize, in + (size_t(r) * a.count + done) * esize,
-                    n * esize);
+        team_copy(ctx.team, slot + size_t(r) * piece * esize, in + (size_t(r) * a.count + done) * esize,
+                  n * esize);
       }
     }
     ctx.session.handshake(fp);
-    std::memcpy(out + done * esize,
-                static_cast<const char*>(ctx.path.slot(a.root)) + size_t(rank) * piece * esize,
-                n * esize);
+    team_copy(ctx.team, out + done * esize,
+              static_cast<const char*>(ctx.path.slot(a.root)) + size_t(rank) * piece * esize, n * esize);
     done += n;
   } while (done < a.count);
 }

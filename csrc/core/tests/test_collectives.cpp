@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <random>
 #include <thread>
 
 #include "../collectives/collectives.h"
@@ -26,7 +27,8 @@ struct Rank {
   std::unique_ptr<ShmDataPath> path;
   InputBackup backup;
   CollectiveTuning tuning;
-  Context ctx() { return Context{*session, *path, backup, tuning}; }
+  std::unique_ptr<ThreadTeam> team;
+  Context ctx() { return Context{*session, *path, backup, tuning, *team}; }
 };
 
 struct World {
@@ -40,6 +42,8 @@ struct World {
                            : Session::join(r, *ranks[0]->session);
       rk->path = std::make_unique<ShmDataPath>(*rk->session);
       rk->tuning = config.tuning;
+      rk->team = std::make_unique<ThreadTeam>(int(config.tuning.team_threads), config.tuning.team_share_bytes,
+                                              config.wait.stream_spin_us);
       ranks.push_back(std::move(rk));
     }
     ranks[0]->session->unlink_name();
@@ -357,6 +361,94 @@ void check_all_to_all(World& w, size_t count) {
   for (int r = 0; r < world; ++r) {
     for (int p = 0; p < world; ++p) CHECK(recv[r][p] == send[p][r]);
   }
+}
+
+
+// Random bytes of valid values of `dtype` (floats of mixed magnitudes, so that
+// sums round), the same for a (rank, seed) whatever the run.
+std::vector<char> random_values(DType dtype, size_t count, int rank, int seed) {
+  std::mt19937_64 gen(uint64_t(seed) * 1000003u + uint64_t(rank));
+  std::uniform_real_distribution<double> unit(-1.0, 1.0);
+  std::uniform_int_distribution<int> exponent(-6, 6);
+  const size_t esize = dtype_size(dtype);
+  std::vector<char> v(count * esize);
+  for (size_t i = 0; i < count; ++i) {
+    const double x = std::ldexp(unit(gen), exponent(gen));
+    char* at = v.data() + i * esize;
+    switch (dtype) {
+      case DType::kFloat32: { const float f = float(x); std::memcpy(at, &f, 4); break; }
+      case DType::kFloat64: std::memcpy(at, &x, 8); break;
+      case DType::kFloat16: { const Half h = to_half(float(x)); std::memcpy(at, &h, 2); break; }
+      case DType::kBFloat16: { const BFloat16 b = to_bfloat16(float(x)); std::memcpy(at, &b, 2); break; }
+      case DType::kBool: *at = char(gen() & 1); break;
+      default: { const uint64_t bits = gen(); std::memcpy(at, &bits, esize); break; }
+    }
+  }
+  return v;
+}
+
+// Every collective that reduces or moves data, on random inputs, run by a
+// world whose ranks each copy and reduce with `team` threads; returns every
+// rank's outputs, one after another.
+std::vector<char> run_every_collective(int world, int team, DType dtype, ReduceOp op, Algorithm algo,
+                                       size_t count) {
+  Config c = small_buffers();
+  c.data.slot_bytes = 4096;
+  c.data.link_bytes = 2048;
+  c.tuning.team_threads = size_t(team);
+  c.tuning.team_share_bytes = 64;  // the least: every piece splits as far as it can
+  World w(world, c);
+  const size_t esize = dtype_size(dtype);
+  std::vector<std::vector<char>> ar(world), rs_in(world), rs_out(world, std::vector<char>(count * esize)),
+      ag_out(world, std::vector<char>(count * esize * size_t(world))), bc(world), red(world);
+  for (int r = 0; r < world; ++r) {
+    ar[r] = red[r] = bc[r] = random_values(dtype, count, r, 1);
+    rs_in[r] = random_values(dtype, count * size_t(world), r, 2);
+  }
+  auto errors = w.run([&](int r) {
+    const Context ctx = w.ctx(r);
+    AllReduceArgs a;
+    a.data = ar[r].data();
+    a.count = count;
+    a.dtype = dtype;
+    a.op = op;
+    a.algorithm = algo;
+    all_reduce(ctx, a);
+    ReduceScatterArgs s;
+    s.input = rs_in[r].data();
+    s.output = rs_out[r].data();
+    s.count = count;
+    s.dtype = dtype;
+    s.op = op;
+    s.algorithm = algo;
+    reduce_scatter(ctx, s);
+    AllGatherArgs g;
+    g.input = rs_in[r].data();
+    g.output = ag_out[r].data();
+    g.count = count;
+    g.dtype = dtype;
+    g.algorithm = algo;
+    all_gather(ctx, g);
+    BroadcastArgs b;
+    b.data = bc[r].data();
+    b.count = count;
+    b.dtype = dtype;
+    b.root = world - 1;
+    broadcast(ctx, b);
+    ReduceArgs d;
+    d.data = red[r].data();
+    d.count = count;
+    d.dtype = dtype;
+    d.op = op;
+    d.root = 0;
+    reduce(ctx, d);
+  });
+  for (const auto& e : errors) CHECK(e.empty());
+  std::vector<char> all;
+  for (int r = 0; r < world; ++r) {
+    for (const auto* v : {&ar[r], &rs_out[r], &ag_out[r], &bc[r], &red[r]}) all.insert(all.end(), v->begin(), v->end());
+  }
+  return all;
 }
 
 }  // namespace
@@ -800,6 +892,71 @@ TEST(many_back_to_back_collectives_stay_in_step) {
     }
   });
   for (const auto& e : errors) CHECK(e.empty());
+}
+
+TEST(a_team_of_four_threads_gives_the_bytes_of_one_for_every_dtype_and_op) {
+  const DType dtypes[] = {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kInt8,
+                          DType::kUInt8,   DType::kInt16,   DType::kUInt16,  DType::kInt32,    DType::kUInt32,
+                          DType::kInt64,   DType::kUInt64,  DType::kBool};
+  const ReduceOp ops[] = {ReduceOp::kSum, ReduceOp::kAvg,  ReduceOp::kMax, ReduceOp::kMin,
+                          ReduceOp::kProduct, ReduceOp::kBand, ReduceOp::kBor, ReduceOp::kBxor};
+  int checked = 0;
+  for (int world : {1, 2, 3}) {
+    for (DType dtype : dtypes) {
+      const bool floating = dtype == DType::kFloat32 || dtype == DType::kFloat64 || dtype == DType::kFloat16 ||
+                            dtype == DType::kBFloat16;
+      for (ReduceOp op : ops) {
+        if (is_bitwise(op) ? floating : (op == ReduceOp::kAvg && !floating)) continue;
+        if (dtype == DType::kBool && !(is_bitwise(op) || op == ReduceOp::kMax || op == ReduceOp::kMin)) continue;
+        for (Algorithm algo : {Algorithm::kDirect, Algorithm::kRing}) {
+          // Pieces of every length: a count across many pieces, and one that
+          // leaves a short last piece and an uneven last share.
+          for (size_t count : {size_t(3001), size_t(257)}) {
+            const auto one = run_every_collective(world, 1, dtype, op, algo, count);
+            const auto four = run_every_collective(world, 4, dtype, op, algo, count);
+            if (one != four) {
+              std::fprintf(stderr, "  world %d dtype %s op %s algo %s count %zu: a team of 4 differs\n", world,
+                           dtype_name(dtype), op_name(op), algorithm_name(algo), count);
+            }
+            CHECK(one == four);
+            ++checked;
+          }
+        }
+      }
+    }
+  }
+  std::printf("  %d cases of (world, dtype, op, algorithm, count), 5 collectives each, compared\n", checked);
+}
+
+TEST(a_team_splits_a_piece_into_shares_that_cover_it_once) {
+  ThreadTeam team(4, 64, 5.0);
+  for (size_t n : {size_t(0), size_t(1), size_t(63), size_t(64), size_t(65), size_t(1000), size_t(4096),
+                   size_t(100003)}) {
+    for (int round = 0; round < 50; ++round) {
+      std::vector<std::atomic<int>> hits(n);
+      team.split(n, 1, [&](size_t first, size_t count) {
+        for (size_t i = first; i < first + count; ++i) hits[i].fetch_add(1, std::memory_order_relaxed);
+      });
+      for (size_t i = 0; i < n; ++i) CHECK_EQ(hits[i].load(), 1);
+    }
+  }
+  CHECK_EQ(team.shares_for(63), 1);
+  CHECK_EQ(team.shares_for(128), 2);
+  CHECK_EQ(team.shares_for(1 << 20), 4);
+  CHECK_EQ(ThreadTeam(1, 64, 5.0).shares_for(1 << 20), 1);
+}
+
+TEST(a_team_sleeps_between_pieces_and_wakes_for_the_next) {
+  // A spin of 0: every helper sleeps on its futex before each piece.
+  ThreadTeam team(3, 64, 0.0);
+  std::vector<int> v(3000);
+  for (int round = 0; round < 200; ++round) {
+    team.split(v.size(), sizeof(int), [&](size_t first, size_t count) {
+      for (size_t i = first; i < first + count; ++i) v[i] += 1;
+    });
+    if (round % 50 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  for (int x : v) CHECK_EQ(x, 200);
 }
 
 TEST_MAIN
