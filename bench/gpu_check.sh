@@ -82,7 +82,7 @@ mps_symm_2         15
 ddp_resnet50       45 later
 mps_stop           12
 ddp_grads          30
-ipc_grid_3         45 later
+ipc_grid_3         55 later
 cpu_teams          45 later
 cpu_collectives_4  45 later
 cpu_collectives_8  60 later

@@ -11,7 +11,7 @@ import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Union
-from ..host_cpus import usable_cores
+from ..host_cpus import placement, usable_cores
 from ..units import human_bytes
 
 __all__ = ["Finding", "check_script", "check_source", "environment", "findings_as_dicts",
@@ -95,6 +95,7 @@ def environment() -> Dict[str, Any]:
         warnings.append("pycomm takes the posix transport here and it has no usable directory")
 
     info["cpus"] = {"online": os.cpu_count(), "usable": usable_cores()}
+    info["numa"] = _try(placement, default={"error": "the host's layout could not be read"})
 
     gpus: List[Dict[str, Any]] = []
     peer: Dict[str, bool] = {}
@@ -211,6 +212,13 @@ def _host_layout() -> Dict[str, Any]:
     return out
 
 
+def _team_threads(ranks: int):
+    """The thread team a rank gets with `ranks` ranks on this host (needs pycomm's runtime)."""
+    from pycomm.config import setting
+
+    return setting("team_threads", ranks)
+
+
 def format_environment(info: Dict[str, Any]) -> str:
     lines = [
         f"pycomm       {info.get('pycomm', '?')} ({Path(__file__).resolve().parents[1]})",
@@ -240,6 +248,18 @@ def format_environment(info: Dict[str, Any]) -> str:
     lines.extend(_transport_lines(info.get("transport") or {"error": "not asked"}))
     cpus = info["cpus"]
     lines.append(f"CPUs         {cpus['usable']} usable ({cpus['online']} online)")
+    numa = info.get("numa") or {}
+    if "error" in numa:
+        lines.append(f"NUMA         {numa['error']}")
+    elif numa:
+        lines.append(f"NUMA         {numa['layout']}")
+        lines.append(f"this process CPUs {numa['cpus']}, on node(s) "
+                     f"{', '.join(map(str, numa['nodes']))}")
+    local = os.environ.get("LOCAL_WORLD_SIZE", "")
+    ranks = int(local) if local.isdigit() and int(local) > 0 else 2
+    team = _try(lambda: _team_threads(ranks), default="?")
+    lines.append(f"thread team  {team} thread(s) a rank with {ranks} ranks on this host "
+                 f"(PYCOMM_THREADS; docs/settings.md#a-ranks-thread-team)")
     if info["gpus"]:
         for g in info["gpus"]:
             lines.append(f"GPU {g['index']:<8} {g['name']} (sm {g['capability']}, "
@@ -254,9 +274,9 @@ def format_environment(info: Dict[str, Any]) -> str:
     else:
         lines.append("GPUs         none visible")
     built = info["pycomm_cuda_built"]
-    # Compiled is not run: the CUDA all-reduce has not been checked on a GPU yet.
-    built = {True: "compiled: bucketing ops and the IPC all-reduce (not yet run on a GPU by "
-                   "pycomm's checks: bench/gpu_check.sh)"
+    # Compiled is not proven: the CUDA all-reduce has run on a GPU once (docs/cuda.md).
+    built = {True: "compiled: bucketing ops and the IPC all-reduce (run on a GPU once, with "
+                   "failures left: docs/cuda.md, bench/gpu_check.sh)"
                    + ("; no GPU visible, so they cannot run here" if no_gpu else ""),
              False: "kernels not built (CPU-only build)"}.get(built, built)
     lines.append(f"pycomm CUDA  {built}")
