@@ -1,7 +1,8 @@
 """A rank's thread team (PYCOMM_THREADS, docs/settings.md): forced on where the ranks fill
 the cores (1 rank with a team of 2; 2 ranks with teams of 4, oversubscribed), every
-collective gives the bytes a team of one gives, for every dtype and op, on random inputs
-whose sums round: the team only splits element-wise work, so nothing may change."""
+collective and point-to-point exchange gives the bytes a team of one gives, for every dtype
+and op, on random inputs whose sums round: the team only splits element-wise work, so
+nothing may change."""
 import os
 
 import pytest
@@ -75,6 +76,12 @@ def _every_collective(group, dtype, op, seed):
         y = torch.empty_like(z)
         dist.all_to_all_single(y, z, group=group)
         out["all_to_all"] = y
+        if world > 1:  # point-to-point: each rank's x to the next, through frames of 256 KiB
+            y = torch.empty_like(x)  # (the group holds every rank, in order)
+            for req in dist.batch_isend_irecv([dist.P2POp(dist.isend, x, (rank + 1) % world, group),
+                                               dist.P2POp(dist.irecv, y, (rank - 1) % world, group)]):
+                req.wait()
+            out["send_recv"] = y
     return {k: v.contiguous().view(torch.uint8) for k, v in out.items()}
 
 

@@ -153,9 +153,8 @@ Communicator::Communicator(int rank, int world, const core::SegmentPlace& place,
   try {
     path_ = std::make_unique<core::ShmDataPath>(*session_);
     channels_ = std::make_unique<core::P2PChannels>(*session_);
-    p2p_ = std::make_unique<core::P2PEngine>(*channels_, [](uint32_t type) {
-      return std::string(c10::toString(c10::ScalarType(type)));
-    });
+    p2p_ = std::make_unique<core::P2PEngine>(
+        *channels_, [](uint32_t type) { return std::string(c10::toString(c10::ScalarType(type))); }, &team_);
   } catch (...) {
     // Nobody else knows the place yet: remove its name, or it stays in /dev/shm.
     if (create) session_->unlink_name();

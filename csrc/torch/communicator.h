@@ -202,9 +202,11 @@ class Communicator {
   std::unique_ptr<core::Session> session_;
   std::unique_ptr<core::ShmDataPath> path_;
   std::unique_ptr<core::P2PChannels> channels_;
+  // The collectives' and the point-to-point engine's (declared before it: it
+  // outlives the engine). One user at a time; a split that finds it busy runs alone.
+  core::ThreadTeam team_;
   std::unique_ptr<core::P2PEngine> p2p_;  // declared after what it uses: destroyed first
   core::InputBackup backup_;  // used only by whoever holds busy_
-  core::ThreadTeam team_;      // likewise (a split that finds it busy runs alone)
   std::optional<core::Context> context_;
   std::unique_ptr<CudaPath, CudaPathDelete> cuda_path_;
 

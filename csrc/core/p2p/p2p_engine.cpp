@@ -31,10 +31,11 @@ std::string rank_text(int r) { return "rank " + std::to_string(r); }
 
 }  // namespace
 
-P2PEngine::P2PEngine(P2PChannels& channels, TypeName type_name)
+P2PEngine::P2PEngine(P2PChannels& channels, TypeName type_name, ThreadTeam* team)
     : ch_(channels),
       session_(channels.session()),
       type_name_(std::move(type_name)),
+      team_(team),
       rank_(channels.rank()),
       world_(channels.world()) {
   sends_.resize(size_t(world_));
@@ -244,6 +245,11 @@ bool P2PEngine::pass_locked(Done& done) {
   return moved;
 }
 
+void P2PEngine::copy(void* dst, const void* src, size_t bytes) {
+  if (team_) team_copy(*team_, dst, src, bytes);
+  else std::memcpy(dst, src, bytes);
+}
+
 bool P2PEngine::push_sends_locked(int peer, Done& done) {
   auto& queue = sends_[size_t(peer)];
   bool moved = false;
@@ -251,7 +257,7 @@ bool P2PEngine::push_sends_locked(int peer, Done& done) {
     P2POp& op = *queue.front();
     const size_t n = std::min(op.bytes - op.moved_, ch_.frame_bytes());
     ch_.send_header(peer) = FrameHeader{op.message_, op.bytes, op.moved_, op.tag, uint32_t(n), op.type};
-    if (n) std::memcpy(ch_.send_payload(peer), op.data + op.moved_, n);
+    if (n) copy(ch_.send_payload(peer), op.data + op.moved_, n);
     ch_.commit(peer);
     op.moved_ += n;
     moved = true;
@@ -292,9 +298,9 @@ bool P2PEngine::pull_frames_locked(int peer, Done& done) {
     if (h.bytes) {
       const char* src = ch_.recv_payload(peer);
       if (in.recv) {
-        std::memcpy(in.recv->data + h.offset, src, h.bytes);
+        copy(in.recv->data + h.offset, src, h.bytes);
       } else if (in.unexpected) {
-        std::memcpy(in.unexpected->data.get() + h.offset, src, h.bytes);
+        copy(in.unexpected->data.get() + h.offset, src, h.bytes);
         in.unexpected->got += h.bytes;
       }
     }

@@ -55,6 +55,7 @@
 #include <thread>
 #include <vector>
 
+#include "../kernels/thread_team.h"
 #include "p2p_channels.h"
 
 namespace pycomm::core {
@@ -101,7 +102,9 @@ class P2PEngine {
   // Names the glue's element type codes in error messages.
   using TypeName = std::function<std::string(uint32_t)>;
 
-  P2PEngine(P2PChannels& channels, TypeName type_name);
+  // team: the rank's thread team, which copies a frame's payload when it is
+  // large and the team is free (null: the engine's caller copies alone).
+  P2PEngine(P2PChannels& channels, TypeName type_name, ThreadTeam* team = nullptr);
   ~P2PEngine();  // close()
   P2PEngine(const P2PEngine&) = delete;
   P2PEngine& operator=(const P2PEngine&) = delete;
@@ -149,6 +152,8 @@ class P2PEngine {
 
   // One pass over every peer; true if anything moved. All *_locked under mu_.
   bool pass_locked(Done& done);
+  // A frame's payload: on the team when there is one (thread_team.h), else memcpy.
+  void copy(void* dst, const void* src, size_t bytes);
   bool push_sends_locked(int peer, Done& done);
   bool pull_frames_locked(int peer, Done& done);
   // Sending side: completes the streamed sends `peer` has judged, each with
@@ -192,6 +197,7 @@ class P2PEngine {
   P2PChannels& ch_;
   Session& session_;
   TypeName type_name_;
+  ThreadTeam* team_;
   const int rank_;
   const int world_;
 

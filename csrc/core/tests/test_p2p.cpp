@@ -19,6 +19,7 @@ namespace {
 struct Rank {
   std::unique_ptr<Session> session;
   std::unique_ptr<P2PChannels> channels;
+  std::unique_ptr<ThreadTeam> team;  // outlives the engine
   std::unique_ptr<P2PEngine> engine;
 };
 
@@ -27,8 +28,10 @@ struct World {
 
   // Tiny frames by default: every message of more than a few bytes goes in
   // pieces, and a channel fills after two.
+  // team_threads > 1: each rank's engine copies frames on a thread team that
+  // splits even the smallest frame (shares of 64 bytes).
   World(int world, double timeout_s = 20, size_t frame_bytes = 256, size_t frames = 2,
-        ShmTransport transport = ShmTransport::kPosix) {
+        ShmTransport transport = ShmTransport::kPosix, int team_threads = 1) {
     WaitPolicy wait;
     wait.timeout_s = timeout_s;
     wait.spin_us = 2;
@@ -46,9 +49,9 @@ struct World {
       rk->session = r == 0 ? Session::create(0, world, place, wait, region)
                            : Session::join(r, *ranks[0]->session);
       rk->channels = std::make_unique<P2PChannels>(*rk->session);
-      rk->engine = std::make_unique<P2PEngine>(*rk->channels, [](uint32_t t) {
-        return "type" + std::to_string(t);
-      });
+      if (team_threads > 1) rk->team = std::make_unique<ThreadTeam>(team_threads, 64, 2.0);
+      rk->engine = std::make_unique<P2PEngine>(
+          *rk->channels, [](uint32_t t) { return "type" + std::to_string(t); }, rk->team.get());
       ranks.push_back(std::move(rk));
     }
     ranks[0]->session->unlink_name();
@@ -183,6 +186,36 @@ TEST(both_ranks_send_first_far_larger_than_the_channel) {
   CHECK(no_errors(errors));
   CHECK(got[0] == pattern(n, 1));
   CHECK(got[1] == pattern(n, 0));
+}
+
+TEST(frames_copied_by_a_thread_team_arrive_whole_both_ways_and_unexpected) {
+  // Frames of 4 KiB split among 3 threads each side; both ranks send 1 MB at
+  // once, then a message that arrives before its receive (held, then copied
+  // into a buffer of its own) and one that is received as it streams.
+  World w(2, 20, 4096, 2, ShmTransport::kPosix, 3);
+  const size_t n = 250000;
+  std::vector<std::vector<int32_t>> got(2, std::vector<int32_t>(n));
+  std::vector<int32_t> late(5000), small(4);
+  auto errors = w.run([&](int r) {
+    auto mine = pattern(n, r);
+    P2PEngine& e = w.engine(r);
+    e.wait(isend(e, 1 - r, 0, mine));
+    e.wait(irecv(e, 1 - r, 0, got[size_t(r)]));
+    if (r == 0) {
+      auto a = pattern(late.size(), 5), b = pattern(4, 7);
+      auto s1 = isend(e, 1, 5, a);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      e.wait(isend(e, 1, 7, b));
+      e.wait(s1);
+    } else {
+      e.wait(irecv(e, 0, 7, small));
+      e.wait(irecv(e, 0, 5, late));
+    }
+  });
+  CHECK(no_errors(errors));
+  CHECK(got[0] == pattern(n, 1));
+  CHECK(got[1] == pattern(n, 0));
+  CHECK(late == pattern(late.size(), 5) && small == pattern(4, 7));
 }
 
 TEST(ring_of_sends_with_receives_posted_at_once) {
