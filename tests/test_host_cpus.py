@@ -55,3 +55,23 @@ def test_pycomm_topology_poses_a_layout_and_refuses_a_bad_one(monkeypatch):
         monkeypatch.setenv("PYCOMM_TOPOLOGY", bad)
         with pytest.raises(ValueError, match="PYCOMM_TOPOLOGY"):
             host_cpus.numa_layout()
+
+
+def test_a_rank_places_its_slots_on_its_node():
+    from pycomm import _C, config
+
+    if _C.memfd_unavailable_reason():
+        pytest.skip(_C.memfd_unavailable_reason())
+    c = _C.Communicator(0, 1, f"memfd:{_C.new_group_id()}:{_C.new_group_secret()}", True,
+                        config.communicator_config(1, 5.0))
+    try:
+        p = c.numa_placement
+    finally:
+        c.unlink_name()
+        c.close()
+    if p["why_not"]:
+        pytest.skip(f"no placement here: {p['why_not']}")
+    assert p["node"] >= 0
+    # One rank: its two slots (256 KiB each by default), less the partial pages at the edges.
+    assert p["pages"] >= 2 * 256 * 1024 // 4096 - 2
+    assert p["on_node"] == p["pages"], p

@@ -180,6 +180,7 @@ class Communicator {
   // Bytes of point-to-point channels this rank has mapped so far.
   size_t channel_bytes() const { return p2p_->channel_bytes(); }
   const core::CommConfig& config() const { return config_; }
+  const core::NumaPlacement& numa_placement() const { return path_->placement(); }
   // The session was aborted or failed: every later collective raises.
   bool broken() const { return session_->aborted(); }
   // Only a collective's body (which holds busy_) may use it.

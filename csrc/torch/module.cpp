@@ -185,6 +185,19 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("world_size", &Communicator::world)
       .def_property_readonly("transport", &Communicator::transport)
       .def_property_readonly("channel_bytes", &Communicator::channel_bytes)
+      .def_property_readonly(
+          "numa_placement",
+          [](const Communicator& c) {
+            const core::NumaPlacement& p = c.numa_placement();
+            py::dict d;
+            d["node"] = p.node;
+            d["pages"] = p.pages;
+            d["on_node"] = p.on_node;
+            d["why_not"] = p.why_not ? py::object(py::str(p.why_not)) : py::object(py::none());
+            return d;
+          },
+          "Where this rank's slots and incoming ring link were placed at set-up: its NUMA node, "
+          "the pages asked to move there and those that did (why_not: why none was placed).")
       .def_property_readonly("config", [](const Communicator& c) { return config_dict(c.config()); });
 
   m.def("make_backend",

@@ -928,6 +928,22 @@ TEST(a_team_of_four_threads_gives_the_bytes_of_one_for_every_dtype_and_op) {
   std::printf("  %d cases of (world, dtype, op, algorithm, count), 5 collectives each, compared\n", checked);
 }
 
+TEST(each_rank_places_its_slots_and_incoming_link_on_its_node) {
+  World w(3, default_buffers());
+  for (int r = 0; r < 3; ++r) {
+    const NumaPlacement& p = w.ranks[size_t(r)]->path->placement();
+    if (p.why_not) {
+      std::printf("  rank %d: not placed: %s\n", r, p.why_not);
+      continue;
+    }
+    CHECK(p.node >= 0);
+    // Two 256 KiB slots and a ring link of 4 x 256 KiB: 384 pages of 4 KiB, less
+    // the partial pages at the edges.
+    CHECK(p.pages >= (6 * 256 * 1024) / 4096 - 4);
+    CHECK_EQ(p.on_node, p.pages);
+  }
+}
+
 TEST(a_team_splits_a_piece_into_shares_that_cover_it_once) {
   ThreadTeam team(4, 64, 5.0);
   for (size_t n : {size_t(0), size_t(1), size_t(63), size_t(64), size_t(65), size_t(1000), size_t(4096),

@@ -92,6 +92,15 @@ ShmDataPath::ShmDataPath(Session& session)
   sent_.assign(size_t(world_), 0);
   received_.assign(size_t(world_), 0);
   slot_ptrs_.assign(size_t(world_), nullptr);
+  // Memory placed for its reader, before any peer maps it (every rank builds
+  // its data path before the session starts): the slots this rank writes and
+  // every rank reads, and the ring link only this rank reads.
+  placement_.node = current_numa_node();
+  place_on_node(slot_at(rank_, 0), 2 * slot_bytes_, placement_.node, placement_);
+  if (world_ > 1) {
+    place_on_node(link_buffer((rank_ + world_ - 1) % world_, rank_, 0), link_buffers_ * link_bytes_,
+                  placement_.node, placement_);
+  }
 }
 
 char* ShmDataPath::slot_at(int r, uint64_t handshake) const {

@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "numa_place.h"
 #include "session.h"
 
 namespace pycomm::core {
@@ -79,6 +80,10 @@ class ShmDataPath {
   const void* recv_buffer(int peer);
   void recv_commit(int peer);
 
+  // Where this rank's slots and its incoming ring link were placed at set-up
+  // (numa_place.h): its node, and how many of their pages ended there.
+  const NumaPlacement& placement() const { return placement_; }
+
  private:
   // sent: written by `from`; message m sits in buffer m % link_buffers and is
   // complete once sent > m (release). acked: written by `to`; `from` may
@@ -113,6 +118,7 @@ class ShmDataPath {
   std::vector<uint64_t> sent_;
   std::vector<uint64_t> received_;
   std::vector<const void*> slot_ptrs_;  // slots()'s answer, sized once
+  NumaPlacement placement_;
 };
 
 }  // namespace pycomm::core
