@@ -9,6 +9,8 @@ pycomm._C); the rest is the standard library and pycomm.tools.results_schema.
     calibrate  alpha and B fitted to the bench's JSON rows; a measured step against the model
     presets    published ResNet-50 runs reproduced, with notes deriving each figure
     three_d    data x tensor x pipeline parallel: each dimension's bytes, the bubble, the step
+    cores      a CPU host's cores, sockets and socket link under the shared-memory ring, with
+               a rank's thread team (python3 -m pycomm.tools.scaling.cores)
 
     from pycomm.tools import scaling
     nvlink, ib = scaling.get_interconnect("nvlink"), scaling.get_interconnect("ib")
