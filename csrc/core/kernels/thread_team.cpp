@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <system_error>
 
 #include "../thread_name.h"
 #include "../transport/wait_primitives.h"
@@ -36,9 +37,7 @@ ThreadTeam::~ThreadTeam() {
     new std::vector<std::thread>(std::move(helpers_));
     return;
   }
-  word_.fetch_or(kStop, std::memory_order_seq_cst);
-  futex_wake_all(word_);
-  for (auto& t : helpers_) t.join();
+  stop_helpers();
 }
 
 int ThreadTeam::shares_for(size_t bytes) const {
@@ -48,50 +47,80 @@ int ThreadTeam::shares_for(size_t bytes) const {
 
 bool ThreadTeam::try_claim() {
   if (busy_.exchange(true, std::memory_order_acquire)) return false;
-  if (helpers_.empty()) start_helpers();
-  if (helpers_pid_ != getpid()) {
+  if ((helpers_.empty() && !start_helpers()) || helpers_pid_ != getpid()) {
     busy_.store(false, std::memory_order_release);
     return false;
   }
   return true;
 }
 
-void ThreadTeam::start_helpers() {
+bool ThreadTeam::start_helpers() {
+  if (failed_to_start_) return false;
   helpers_pid_ = getpid();
   helpers_.reserve(size_t(size_ - 1));
   // The number of the last piece, read now: a helper that starts after the
   // next piece is posted must still take it.
   const uint32_t last = uint32_t(word_.load(std::memory_order_relaxed) & kNumberMask);
-  for (int i = 1; i < size_; ++i) helpers_.emplace_back([this, i, last] { helper_loop(i, last); });
+  try {
+    for (int i = 1; i < size_; ++i) helpers_.emplace_back([this, i, last] { helper_loop(i, last); });
+  } catch (const std::system_error&) {
+    // No more threads on this host: the caller works alone from now on.
+    stop_helpers();
+    failed_to_start_ = true;
+    return false;
+  }
+  return true;
+}
+
+void ThreadTeam::stop_helpers() {
+  // The low word changes too: the futex compares only it, and a helper between
+  // its last look and its sleep must not sleep through the stop.
+  const uint64_t old = word_.load(std::memory_order_relaxed);
+  word_.store(kStop | ((old + 1) & kNumberMask), std::memory_order_seq_cst);
+  futex_wake_all(word_);
+  for (auto& t : helpers_) t.join();
+  helpers_.clear();
+  word_.store(0, std::memory_order_relaxed);
 }
 
 void ThreadTeam::run(size_t n, size_t esize, int shares, Fn fn, void* body) {
-  // Shares of whole 64-byte lines, so that no two threads write one line.
-  const size_t grain = std::max<size_t>(1, 64 / std::max<size_t>(1, esize));
+  // Shares of whole 64-byte lines (so that no two threads write one line),
+  // the lines dealt out evenly: no share is empty.
+  grain_ = std::max<size_t>(1, 64 / std::max<size_t>(1, esize));
+  lines_ = (n + grain_ - 1) / grain_;
+  shares = int(std::min<size_t>(size_t(shares), lines_));
   fn_ = fn;
   body_ = body;
   n_ = n;
   shares_ = shares;
-  share_ = (n / size_t(shares) + grain - 1) / grain * grain;
   pending_.store(shares - 1, std::memory_order_relaxed);
   const uint64_t old = word_.load(std::memory_order_relaxed);
   // seq_cst, as is the load of sleepers_ after it: a helper going to sleep
   // either sees the new word or is seen asleep (helper_loop).
   word_.store((uint64_t(shares) << kShareShift) | ((old + 1) & kNumberMask), std::memory_order_seq_cst);
   if (sleepers_.load(std::memory_order_seq_cst) > 0) futex_wake_all(word_);
-  run_share(0);
-  // The helpers' shares are as large as the caller's: a short wait, unless a
-  // helper was woken from its sleep or lost its core.
+  std::exception_ptr error;
+  try {
+    run_share(0);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  // Whatever happened, the helpers finish this piece before its fields may
+  // change or the body's frame goes. Their shares are as large as the
+  // caller's: a short wait, unless a helper was woken or lost its core.
   for (uint32_t spins = 0; pending_.load(std::memory_order_acquire) > 0; ++spins) {
     if (spins < 4096) cpu_relax();
     else sched_yield();
   }
+  if (!error && helper_error_) error = helper_error_;
+  helper_error_ = nullptr;
   busy_.store(false, std::memory_order_release);
+  if (error) std::rethrow_exception(error);
 }
 
 void ThreadTeam::run_share(int index) {
-  const size_t first = std::min(n_, share_ * size_t(index));
-  const size_t end = index + 1 == shares_ ? n_ : std::min(n_, first + share_);
+  const size_t first = std::min(n_, lines_ * size_t(index) / size_t(shares_) * grain_);
+  const size_t end = std::min(n_, lines_ * size_t(index + 1) / size_t(shares_) * grain_);
   if (end > first) fn_(body_, first, end - first);
 }
 
@@ -119,7 +148,13 @@ void ThreadTeam::helper_loop(int index, uint32_t seen) {
     seen = uint32_t(w & kNumberMask);
     const int shares = int((w >> kShareShift) & 0x7fffffff);
     if (index >= shares) continue;  // this piece needs fewer threads
-    run_share(index);
+    try {
+      run_share(index);
+    } catch (...) {
+      // The first helper's error goes to the caller (run() rethrows it).
+      std::lock_guard<std::mutex> lock(error_mu_);
+      if (!helper_error_) helper_error_ = std::current_exception();
+    }
     pending_.fetch_sub(1, std::memory_order_release);
   }
 }

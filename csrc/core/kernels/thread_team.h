@@ -18,6 +18,8 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -41,8 +43,9 @@ class ThreadTeam {
   int shares_for(size_t bytes) const;
 
   // Runs body(first, count) over elements [0, n) of `esize` bytes, in shares
-  // of whole 64-byte lines (the last share takes the rest); returns when every
-  // share is done. The caller runs share 0.
+  // of whole 64-byte lines (the last one ends at n); returns when every share
+  // is done. The caller runs share 0. What a body throws, on any thread,
+  // reaches the caller once every share is done.
   template <class Body>
   void split(size_t n, size_t esize, Body&& body) {
     const int shares = shares_for(n * esize);
@@ -58,7 +61,8 @@ class ThreadTeam {
   using Fn = void (*)(void*, size_t, size_t);
   bool try_claim();
   void run(size_t n, size_t esize, int shares, Fn fn, void* body);
-  void start_helpers();
+  bool start_helpers();  // false: no thread could be started (the caller works alone)
+  void stop_helpers();
   void helper_loop(int index, uint32_t seen);
   void run_share(int index);
 
@@ -67,12 +71,13 @@ class ThreadTeam {
   const double spin_us_;
   std::vector<std::thread> helpers_;
   pid_t helpers_pid_ = 0;  // the process that started them (a forked child has none)
+  bool failed_to_start_ = false;
   std::atomic<bool> busy_{false};
   // The current piece: written by the caller before it bumps `word_`, read by
   // the helpers after they see the bump; not rewritten until `pending_` is 0.
   Fn fn_ = nullptr;
   void* body_ = nullptr;
-  size_t n_ = 0, share_ = 0;
+  size_t n_ = 0, grain_ = 1, lines_ = 0;  // elements, a line's elements, lines
   int shares_ = 0;
   // Low 32 bits: the piece's number (the futex word); bits 32-62: its shares;
   // bit 63: stop. One word, so that a helper reads the number and the shares
@@ -80,6 +85,10 @@ class ThreadTeam {
   std::atomic<uint64_t> word_{0};
   std::atomic<int> pending_{0};
   std::atomic<int> sleepers_{0};
+  // A body that threw on a helper (a kernel refusing its dtype or op): handed
+  // to the caller, which rethrows it once every share is done.
+  std::mutex error_mu_;
+  std::exception_ptr helper_error_;
 };
 
 // The core's copy and reduction loops (reduce_kernels.h), split among a team.

@@ -4,7 +4,9 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "../collectives/collectives.h"
@@ -950,16 +952,59 @@ TEST(a_team_splits_a_piece_into_shares_that_cover_it_once) {
                    size_t(100003)}) {
     for (int round = 0; round < 50; ++round) {
       std::vector<std::atomic<int>> hits(n);
-      team.split(n, 1, [&](size_t first, size_t count) {
+      std::mutex mu;
+      std::vector<std::pair<std::thread::id, size_t>> shares;
+      team.split(n, 4, [&](size_t first, size_t count) {
         for (size_t i = first; i < first + count; ++i) hits[i].fetch_add(1, std::memory_order_relaxed);
+        std::lock_guard<std::mutex> lock(mu);
+        shares.emplace_back(std::this_thread::get_id(), first);
       });
       for (size_t i = 0; i < n; ++i) CHECK_EQ(hits[i].load(), 1);
+      // A piece of 4 shares' worth runs on 4 threads, each share starting on a
+      // 64-byte line (16 elements of 4 bytes).
+      std::set<std::thread::id> threads;
+      for (const auto& [id, first] : shares) {
+        threads.insert(id);
+        CHECK_EQ(first % 16, size_t(0));
+      }
+      CHECK_EQ(threads.size(), size_t(team.shares_for(n * 4)));
     }
   }
   CHECK_EQ(team.shares_for(63), 1);
   CHECK_EQ(team.shares_for(128), 2);
   CHECK_EQ(team.shares_for(1 << 20), 4);
   CHECK_EQ(ThreadTeam(1, 64, 5.0).shares_for(1 << 20), 1);
+}
+
+TEST(a_body_that_throws_on_a_helper_reaches_the_caller_and_the_team_goes_on) {
+  ThreadTeam team(3, 64, 5.0);
+  const std::thread::id caller = std::this_thread::get_id();
+  for (int round = 0; round < 20; ++round) {
+    bool thrown = false;
+    try {
+      team.split(3000, 1, [&](size_t, size_t) {
+        if (std::this_thread::get_id() != caller) throw InvalidArgument("a helper's share refused");
+      });
+    } catch (const InvalidArgument& e) {
+      thrown = std::string(e.what()) == "a helper's share refused";
+    }
+    CHECK(thrown);
+  }
+  std::atomic<int> helpers{0};
+  team.split(3000, 1, [&](size_t, size_t) { helpers += std::this_thread::get_id() != caller; });
+  CHECK_EQ(helpers.load(), 2);  // still split: the team was released each time
+}
+
+TEST(a_team_is_destroyed_at_once_even_just_after_a_piece) {
+  // Its helpers may be between their last look and their sleep: the stop must
+  // wake them (a lost wake-up would hold the join for the futex's 1 s bound).
+  for (int round = 0; round < 200; ++round) {
+    auto team = std::make_unique<ThreadTeam>(3, 64, 0.0);
+    team->split(3000, 1, [](size_t, size_t) {});
+    const auto start = std::chrono::steady_clock::now();
+    team.reset();
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::milliseconds(500));
+  }
 }
 
 TEST(a_team_sleeps_between_pieces_and_wakes_for_the_next) {
