@@ -42,6 +42,18 @@ def validating_on_gloo() -> bool:
 _REFERENCE_GROUP = None
 
 
+def thread_names() -> list:
+    """The names of this process's threads (pycomm names its own: thread_name.h)."""
+    names = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                names.append(f.read().strip())
+        except OSError:
+            pass  # a thread that ended meanwhile
+    return names
+
+
 def reference_group():
     """In a rank: a gloo group over every rank (the default group in a gloo world)."""
     import torch.distributed as dist

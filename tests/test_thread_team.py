@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 
 from dtypes_under_test import DTYPES, MORE_INTEGERS
-from process_world import ProcessWorld
+from process_world import ProcessWorld, thread_names
 
 FLOAT_OPS = ["sum", "avg", "min", "max", "product", "premul_sum"]
 INT_OPS = ["sum", "min", "max", "product", "band", "bor", "bxor"]
@@ -86,14 +86,7 @@ def _every_collective(group, dtype, op, seed):
 
 
 def _team_threads():
-    names = []
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/comm") as f:
-                names.append(f.read().strip())
-        except OSError:
-            pass
-    return names.count("pycomm-team")
+    return thread_names().count("pycomm-team")
 
 
 def _teams_match_one_thread(team):

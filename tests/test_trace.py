@@ -7,18 +7,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from process_world import validating_on_gloo
+from process_world import thread_names, validating_on_gloo
 
-
-def _thread_names():
-    names = []
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/comm") as f:
-                names.append(f.read().strip())
-        except OSError:
-            pass
-    return names
 
 
 def _direct_api_jobs():
@@ -39,7 +29,7 @@ def _direct_api_jobs():
     jobs = trace.take()
     again = trace.take()
     trace.stop()
-    return ([tuple(j) for j in jobs], len(again), before, after, _thread_names())
+    return ([tuple(j) for j in jobs], len(again), before, after, thread_names())
 
 
 def test_direct_api_jobs_are_traced_in_order(worlds):

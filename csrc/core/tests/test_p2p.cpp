@@ -110,6 +110,22 @@ std::vector<int32_t> pattern(size_t n, int seed) {
   return v;
 }
 
+// Rank 0 sends tag 5 (many frames), and 20 ms later tag 7; rank 1 waits for tag 7
+// first, so tag 5 is held, then taken into a buffer of its own, then received.
+void tag_five_arrives_before_its_receive(P2PEngine& e, int r, std::vector<int32_t>& five,
+                                         std::vector<int32_t>& seven) {
+  if (r == 0) {
+    auto a = pattern(five.size(), 5), b = pattern(seven.size(), 7);
+    auto s1 = isend(e, 1, 5, a);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    e.wait(isend(e, 1, 7, b));
+    e.wait(s1);
+  } else {
+    e.wait(irecv(e, 0, 7, seven));
+    e.wait(irecv(e, 0, 5, five));
+  }
+}
+
 bool no_errors(const std::vector<std::string>& errors) {
   bool ok = true;
   for (const auto& e : errors) {
@@ -201,16 +217,7 @@ TEST(frames_copied_by_a_thread_team_arrive_whole_both_ways_and_unexpected) {
     P2PEngine& e = w.engine(r);
     e.wait(isend(e, 1 - r, 0, mine));
     e.wait(irecv(e, 1 - r, 0, got[size_t(r)]));
-    if (r == 0) {
-      auto a = pattern(late.size(), 5), b = pattern(4, 7);
-      auto s1 = isend(e, 1, 5, a);
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      e.wait(isend(e, 1, 7, b));
-      e.wait(s1);
-    } else {
-      e.wait(irecv(e, 0, 7, small));
-      e.wait(irecv(e, 0, 5, late));
-    }
+    tag_five_arrives_before_its_receive(e, r, late, small);
   });
   CHECK(no_errors(errors));
   CHECK(got[0] == pattern(n, 1));
@@ -274,19 +281,7 @@ TEST(a_large_message_is_held_for_its_receive_then_taken_as_unexpected) {
   World w(2);
   const size_t n = 5000;
   std::vector<int32_t> big(n), small(4);
-  auto errors = w.run([&](int r) {
-    P2PEngine& e = w.engine(r);
-    if (r == 0) {
-      auto a = pattern(n, 5), b = pattern(4, 7);
-      auto s1 = isend(e, 1, 5, a);
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      e.wait(isend(e, 1, 7, b));
-      e.wait(s1);
-    } else {
-      e.wait(irecv(e, 0, 7, small));
-      e.wait(irecv(e, 0, 5, big));
-    }
-  });
+  auto errors = w.run([&](int r) { tag_five_arrives_before_its_receive(w.engine(r), r, big, small); });
   CHECK(no_errors(errors));
   CHECK(big == pattern(n, 5) && small == pattern(4, 7));
   CHECK_EQ(w.engine(1).unexpected_messages(), uint64_t(1));
