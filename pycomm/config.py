@@ -91,5 +91,8 @@ def communicator_config(world: int, timeout_s: float) -> dict:
         value = _from_env(s)
         if value is not None:
             config[s.name] = value
+    if config["team_threads"] < 1:  # a team has its caller at least
+        raise ValueError(f"PYCOMM_THREADS: expected 1 or more threads, got "
+                         f"{os.environ.get('PYCOMM_THREADS')!r}")
     config["timeout_s"] = timeout_s
     return config

@@ -127,3 +127,13 @@ def test_a_team_gives_the_bytes_of_one_thread(world_size, team):
         assert cases > 300
         assert helpers == [team - 1] * 2, f"rank {rank}: team helpers {helpers}, expected {team - 1} a group"
         assert left == 0, f"rank {rank}: {left} team helpers outlived their groups"
+
+
+@pytest.mark.parametrize("value,match", [("0", "expected 1 or more"), ("two", "PYCOMM_THREADS"),
+                                         ("-1", "PYCOMM_THREADS")])
+def test_a_team_of_no_threads_is_refused_naming_the_variable(monkeypatch, value, match):
+    from pycomm import config
+
+    monkeypatch.setenv("PYCOMM_THREADS", value)
+    with pytest.raises(ValueError, match=match):
+        config.communicator_config(2, 5.0)
