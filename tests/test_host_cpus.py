@@ -75,3 +75,16 @@ def test_a_rank_places_its_slots_on_its_node():
     # One rank: its two slots (256 KiB each by default), less the partial pages at the edges.
     assert p["pages"] >= 2 * 256 * 1024 // 4096 - 2
     assert p["on_node"] == p["pages"], p
+
+
+def test_doctor_reports_the_layout_and_a_bad_one_by_name(monkeypatch):
+    from pycomm.tools import doctor
+
+    monkeypatch.setenv("PYCOMM_TOPOLOGY", "0;1")
+    text = doctor.format_environment(doctor.environment())
+    assert "2 node(s) on 2 socket(s), from PYCOMM_TOPOLOGY" in text
+    assert "thread team" in text
+    monkeypatch.setenv("PYCOMM_TOPOLOGY", "0-1;1")
+    info = doctor.environment()
+    assert "PYCOMM_TOPOLOGY" in info["numa"]["error"]
+    assert any("PYCOMM_TOPOLOGY" in w for w in info["warnings"])

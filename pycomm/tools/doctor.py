@@ -95,7 +95,11 @@ def environment() -> Dict[str, Any]:
         warnings.append("pycomm takes the posix transport here and it has no usable directory")
 
     info["cpus"] = {"online": os.cpu_count(), "usable": usable_cores()}
-    info["numa"] = _try(placement, default={"error": "the host's layout could not be read"})
+    try:
+        info["numa"] = placement()
+    except ValueError as e:  # a PYCOMM_TOPOLOGY that says nothing valid
+        info["numa"] = {"error": str(e)}
+        warnings.append(str(e))
 
     gpus: List[Dict[str, Any]] = []
     peer: Dict[str, bool] = {}
