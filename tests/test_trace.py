@@ -10,7 +10,6 @@ import torch.distributed as dist
 from process_world import thread_names, validating_on_gloo
 
 
-
 def _direct_api_jobs():
     import pycomm
     from pycomm.tools import trace
@@ -23,6 +22,9 @@ def _direct_api_jobs():
     before = time.perf_counter()
     pycomm.all_reduce(t)                      # idle communicator: inline, in this thread
     work = pycomm.all_reduce(torch.ones(3, 5), async_op=True)  # the worker's
+    # A wait that finds the job still queued runs it itself (run_if_next): give the
+    # worker the time to take it, so that its completion goes through the lane.
+    time.sleep(0.05)
     work.wait()
     time.sleep(0.05)                          # the completion lane records after completing
     after = time.perf_counter()
