@@ -403,8 +403,7 @@ def parse_args(argv=None):
     args.collectives = driver.chosen_names(p, "collective", args.collective, NAMES)
     if args.hosts < 1 or (args.hosts > 1 and args.nproc % args.hosts):
         p.error(f"--hosts: {args.hosts} does not divide the {args.nproc} ranks")
-    if args.rounds < 1 or args.min_iters < 1:
-        p.error("--rounds and --min-iters must be >= 1")
+    driver.check_sweep_options(p, args)
     return args
 
 

@@ -171,8 +171,7 @@ def parse_args(argv=None):
         p.error(f"--threads: expected a comma list of counts, got {args.threads!r}")
     if not args.threads or min(args.threads) < 1 or len(set(args.threads)) != len(args.threads):
         p.error(f"--threads: expected distinct counts of 1 or more, got {args.threads}")
-    if args.rounds < 1 or args.min_iters < 1:
-        p.error("--rounds and --min-iters must be >= 1")
+    driver.check_sweep_options(p, args)
     return args
 
 

@@ -137,3 +137,23 @@ def test_a_team_of_no_threads_is_refused_naming_the_variable(monkeypatch, value,
     monkeypatch.setenv("PYCOMM_THREADS", value)
     with pytest.raises(ValueError, match=match):
         config.communicator_config(2, 5.0)
+
+
+def test_team_perf_times_teams_in_turns_and_checks_their_values(tmp_path):
+    """bench/team_perf.py: every team's result exact and bitwise the team of one's, a time
+    and a speed-up per team and size (the speed-up of the first team 1 by definition)."""
+    import json
+
+    from bench_script import run_script
+
+    out = tmp_path / "teams.json"
+    stdout, _ = run_script("team_perf.py", ["--nproc", "1", "--threads", "1,2", "-b", "1M", "-e",
+                                            "4M", "-f", "4", "--rounds", "2", "--min-time", "0.05",
+                                            "--collective", "all", "--json", out], tmp_path, 300)
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["collective"], r["size"]) for r in rows] == [
+        (c, s) for c in ("all_reduce", "all_gather", "reduce_scatter") for s in (1 << 20, 4 << 20)]
+    for r in rows:
+        assert r["wrong"] == 0 and r["bitwise_equal"], r
+        assert r["t1_speedup"] == 1.0 and r["t1_us"] > 0 and r["t2_us"] > 0, r
+    assert "bitwise equal across teams: yes" in stdout

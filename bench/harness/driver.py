@@ -30,6 +30,13 @@ def add_sweep_options(p, per: str):
     add_json_option(p)
 
 
+def check_sweep_options(p, args):
+    """Refuses, through the parser, sweep options add_sweep_options took but no sweep can
+    run with."""
+    if args.rounds < 1 or args.min_iters < 1:
+        p.error("--rounds and --min-iters must be >= 1")
+
+
 def add_json_option(p):
     p.add_argument("--json", metavar="PATH", help="write the rows (and a summary) to this file")
 
