@@ -326,25 +326,34 @@ def test_a_gloo_group_is_refused_with_the_reason(backend_worlds):
         assert msg is not None and "needs a group whose CPU backend is pycomm" in msg, msg
 
 
-def churn_case():
-    """Buffers made, rendezvoused, used and dropped: the process maps no more afterwards."""
+def churn_case(behind_async):
+    """Buffers made, rendezvoused, used and dropped: the process maps no more
+    afterwards. behind_async: each buffer's all-reduce is queued behind an
+    asynchronous one, so the worker runs it and the completion lane ends it
+    (the lane must hold none of its tensors once the caller returns)."""
     def mapped():
         with open("/proc/self/maps") as f:
             return sum(1 for line in f if "pycomm-symm" in line)
 
     gname = group_name()
     before = mapped()
+    ahead = torch.ones(1 << 18)
     for i in range(30):
         buf = symm_mem.empty(1 << 16, device="cpu").fill_(i)
         symm_mem.rendezvous(buf, gname)
+        work = dist.all_reduce(ahead, async_op=True) if behind_async else None
         torch.ops.symm_mem.two_shot_all_reduce_(buf, "sum", gname)
         assert buf[0].item() == i * dist.get_world_size()
         del buf
+        assert mapped() == before, f"buffer {i} is still mapped after its free"
+        if work is not None:
+            work.wait()
     return before, mapped()
 
 
-def test_freed_buffers_are_unmapped(backend_worlds):
-    for before, after in backend_worlds(2).run(churn_case):
+@pytest.mark.parametrize("behind_async", [False, True])
+def test_freed_buffers_are_unmapped(backend_worlds, behind_async):
+    for before, after in backend_worlds(2).run(churn_case, behind_async):
         assert after == before
 
 

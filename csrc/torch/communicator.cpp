@@ -70,6 +70,14 @@ void WorkItem::complete(std::exception_ptr err) {
     std::lock_guard<std::mutex> lock(mu_);
     error_ = err;
   }
+  if (job.blocking && job.devices.empty()) {
+    // Its caller returns once the future completes, while this thread still
+    // holds the item: holding the tensors too, it would keep one that the
+    // caller frees at once (a symmetric buffer and its mappings) a moment
+    // past its free.
+    job.body = nullptr;
+    job.outputs.clear();
+  }
   if (err) {
     future->setError(err);
   } else {

@@ -50,6 +50,9 @@ struct Job {
   std::optional<c10::Stream> stream;
   // Its name in the job trace (a string literal).
   const char* what = "collective";
+  // A blocking call's (no Work is handed out): nobody reads the future's
+  // value, so a CPU job's tensors are dropped before the future completes.
+  bool blocking = false;
 };
 
 // The bytes of a job's output tensors, for the trace.

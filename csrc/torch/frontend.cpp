@@ -254,6 +254,7 @@ c10::intrusive_ptr<c10d::Work> FrontEnd::launch(c10d::OpType type, Job job, bool
     item->finish(nullptr);
     return c10::make_intrusive<Work>(getRank(), type, std::move(item));
   }
+  job.blocking = blocking;
   std::shared_ptr<WorkItem> item = comm_->enqueue(std::move(job));
   if (blocking) {
     item->wait();
