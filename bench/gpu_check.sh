@@ -84,6 +84,7 @@ mps_stop           12
 ddp_grads          30
 ipc_grid_3         55 later
 cpu_teams          45 later
+cpu_numa           45 later
 cpu_collectives_4  45 later
 cpu_collectives_8  60 later
 cpu_collectives_16 90 later
@@ -679,9 +680,14 @@ runnable ipc_grid_3 "needs pycomm with CUDA (import) and pytest" ipc_ready &&
   gpu ipc_grid_3 "${pytest_steps[@]}" "$path_test::test_all_reduce_grid[3]"
 
 # (8) The CPU shared-memory path on the 16 cores CI does not have: a rank's thread team
-# (2 ranks, teams of 1 to 8 threads, in turns), then the collectives DDP and FSDP use.
+# (2 ranks, teams of 1 to 8 threads, in turns), NUMA nodes, then the collectives DDP and
+# FSDP use.
 host cpu_teams python3 bench/team_perf.py --nproc 2 --threads 1,2,4,8 -b 1M -e 64M -f 4 \
   --collective all_reduce,all_gather --rounds 3 --min-time 0.6 --json "$raw/cpu_teams.json"
+# The two-level all-reduce of 8 ranks pinned to the host's NUMA nodes (posed as 2 where it
+# has one: then its cost alone) against the flat ring and gloo.
+host cpu_numa python3 bench/numa_perf.py --nproc 8 -b 256K -e 64M -f 4 --rounds 3 \
+  --min-time 0.4 --json "$raw/cpu_numa.json"
 for n in 4 8 16; do
   host "cpu_collectives_$n" python3 bench/collectives_perf.py --nproc "$n" -b 64K -e 16M -f 256 \
     --collective all_reduce,all_gather,reduce_scatter --rounds 1 --min-time 0.1 --no-mpi \

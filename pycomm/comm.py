@@ -197,8 +197,10 @@ def all_reduce(tensor: torch.Tensor, op: Union[str, "dist.ReduceOp"] = "sum", gr
         host; this path is built but has not yet been run on a GPU by pycomm's
         checks, see README).
     op: "sum" | "avg" | "max" | "min" | "product", or a torch.distributed.ReduceOp.
-    algorithm: "auto" (by size), "ring" or "direct" (one shot); for CUDA
-        tensors also "two_shot".
+    algorithm: "auto" (by size, and by NUMA domain where the ranks are pinned to
+        several), "ring" or "direct" (one shot); for CPU tensors also "two_level"
+        (reduce in each NUMA domain, exchange between domains, gather back), for
+        CUDA tensors "two_shot".
     restore_on_failure: if the collective fails part way (a peer died or timed
         out), put the tensor back as it was. None: on (PYCOMM_RESTORE_ON_FAILURE
         sets the default); off saves one copy of the tensor per call. CPU

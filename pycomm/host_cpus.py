@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 
 def usable_cores() -> int:
@@ -107,6 +107,18 @@ def numa_layout(sys_root: str = "/sys/devices/system") -> NumaLayout:
     return NumaLayout(nodes, sockets, "/sys/devices/system/node")
 
 
+def pinned_node(layout: Optional[NumaLayout] = None) -> int:
+    """The NUMA node holding every CPU this process may run on, or -1 (its affinity spans
+    nodes, or the host has none): the node a rank's pinning puts it on. Ranks pinned to
+    different nodes are the routing table's NUMA domains."""
+    try:
+        cpus = os.sched_getaffinity(0)
+    except AttributeError:
+        return -1
+    nodes = (layout or numa_layout()).nodes_of(sorted(cpus))
+    return nodes[0] if len(nodes) == 1 else -1
+
+
 def placement() -> Dict[str, object]:
     """This process's CPUs and the NUMA nodes they span, on the host's layout."""
     try:
@@ -114,4 +126,5 @@ def placement() -> Dict[str, object]:
     except AttributeError:
         cpus = list(range(os.cpu_count() or 1))
     layout = numa_layout()
-    return {"cpus": _cpulist(cpus), "nodes": layout.nodes_of(cpus), "layout": layout.describe()}
+    return {"cpus": _cpulist(cpus), "nodes": layout.nodes_of(cpus), "layout": layout.describe(),
+            "host_nodes": len(layout.nodes)}

@@ -8,7 +8,8 @@ ranks on different hosts get a clear error instead of a missing segment
 set-up leaves nothing behind on any path.
 
     1. every rank publishes the transports it takes (its shm_transport setting,
-       and whether memfds work here), then "<pid> <PID namespace> <host>";
+       and whether memfds work here) and the NUMA node it is pinned to (-1:
+       none), then "<pid> <PID namespace> <host>";
     2. rank 0 waits for all of them, checks they share its host, picks the
        transport every rank takes (memfd before posix), creates the session
        segment and publishes its place (or "!<error>"): "memfd:<group id>:
@@ -18,7 +19,8 @@ set-up leaves nothing behind on any path.
     4. all count themselves in and wait for the count; then every rank
        makes the segment unobtainable (posix: unlinks the name; memfd: rank 0
        stops offering it), so nothing stays behind even if a process is
-       killed later.
+       killed later, and reads every rank's node (the routing table's NUMA
+       domains).
 Any rank that fails sets an abort key, which every waiting rank checks.
 """
 from __future__ import annotations
@@ -29,7 +31,7 @@ import select
 import socket
 import time
 
-from . import _C
+from . import _C, host_cpus
 
 _POLL_MIN_S = 1e-4
 _POLL_MAX_S = 0.01
@@ -240,6 +242,7 @@ def create_communicator(store, prefix: str, rank: int, world: int, timeout_s: fl
     impl = None
     try:
         store.set(rdv.key(f"transports/{rank}"), ",".join(transports_taken(config["shm_transport"])))
+        store.set(rdv.key(f"node/{rank}"), str(host_cpus.pinned_node()))
         rdv.publish_pid()
         if rank == 0:
             rdv.gather_pids()
@@ -266,6 +269,8 @@ def create_communicator(store, prefix: str, rank: int, world: int, timeout_s: fl
         rdv.wait_until(lambda: store.add(count_key, 0) >= world, "every rank to map the shared memory",
                        lambda: [r for r in range(world) if not store.check([rdv.key(f"attached/{r}")])])
         impl.unlink_name()
+        # Published before each rank's pid, which every rank has seen by now.
+        impl.numa_nodes = [int(v) for v in store.multi_get([rdv.key(f"node/{r}") for r in range(world)])]
         impl.start()
         return impl
     except BaseException as e:

@@ -33,6 +33,8 @@ DESCRIPTIONS = {
     "channels": "the point-to-point shared-memory channels, one progress loop over every "
                 "send and receive posted",
     "gloo": "gloo over the whole group, after pycomm's queued work",
+    "two_level": "one host across NUMA domains: reduce in each domain, exchange shards "
+                 "between domains, gather in each domain",
 }
 
 
@@ -45,25 +47,37 @@ def route(collective: str, *, hosts: int = 1, local_size: int = 1, uniform: bool
           count: int = 0, itemsize: int = 4, cuda: bool = False, sparse: bool = False,
           native_op: bool = True, leader_max_bytes: Optional[int] = None,
           direct_max_bytes: Optional[int] = None, dtype: str = "float32", op: str = "sum",
-          contiguous: bool = True) -> Route:
+          contiguous: bool = True, domains: int = 1, smallest_domain: Optional[int] = None,
+          two_level: Optional[str] = None, two_level_min_bytes: Optional[int] = None) -> Route:
     """The route of `collective` with `count` elements of `itemsize` bytes per rank's input
-    (all_reduce: the tensor) on `hosts` hosts of `local_size` ranks; the two thresholds
-    default to the settings (csrc/core/settings.h, with their PYCOMM_* overrides). `dtype`
-    (a reducible dtype's name, or "opaque"), `op` and `contiguous` decide only where CUDA
-    tensors go."""
+    (all_reduce: the tensor) on `hosts` hosts of `local_size` ranks, pinned to `domains`
+    NUMA domains (one host; 1: one, or not pinned) of at least `smallest_domain` ranks each
+    (default: the ranks split evenly); two_level and the thresholds default to the settings
+    (csrc/core/settings.h, with their PYCOMM_* overrides). `dtype` (a reducible dtype's
+    name, or "opaque"), `op` and `contiguous` decide only where CUDA tensors go."""
     if leader_max_bytes is None:
         leader_max_bytes = setting("hier_leader_max_bytes")
     if direct_max_bytes is None:
         direct_max_bytes = setting("direct_max_bytes", world=local_size)
+    if two_level_min_bytes is None:
+        two_level_min_bytes = setting("two_level_min_bytes")
+    if two_level is None:
+        two_level = setting("two_level")
+    if smallest_domain is None:
+        smallest_domain = local_size // domains
     return Route(*_C.route(collective, cuda=cuda, sparse=sparse, native_op=native_op,
                            hosts=hosts, uniform=uniform, local_size=local_size, count=count,
                            bytes=count * itemsize, direct_max_bytes=direct_max_bytes,
                            leader_max_bytes=leader_max_bytes, dtype=dtype, op=op,
-                           contiguous=contiguous))
+                           contiguous=contiguous, domains=domains,
+                           smallest_domain=smallest_domain, two_level=two_level,
+                           two_level_min_bytes=two_level_min_bytes))
 
 
 def all_reduce_route(*, hosts: int, local_size: int, nbytes: int, itemsize: int = 4,
-                     uniform: bool = True, leader_max_bytes: Optional[int] = None) -> Route:
+                     uniform: bool = True, leader_max_bytes: Optional[int] = None,
+                     domains: int = 1) -> Route:
     """The route of an all-reduce of `nbytes` bytes (elements of `itemsize` bytes)."""
     return route("all_reduce", hosts=hosts, local_size=local_size, uniform=uniform,
-                 count=nbytes // itemsize, itemsize=itemsize, leader_max_bytes=leader_max_bytes)
+                 count=nbytes // itemsize, itemsize=itemsize, leader_max_bytes=leader_max_bytes,
+                 domains=domains)

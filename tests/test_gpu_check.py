@@ -34,8 +34,9 @@ ORDER = ("preflight", "build", "torch_facts", "import", "error_paths", "native_b
          "cpu_threads", "threads_tiny", "threads_2", "threads_4", "threads_8", "memcheck", "initcheck",
          "synccheck", "ipc_smoke", "ipc_tests", "mps_start", "mps_procs_2", "mps_procs_3",
          "mps_procs_4", "mps_symm_2", "ddp_resnet50", "mps_stop", "ddp_grads", "ipc_grid_3",
-         "cpu_teams", "cpu_collectives_4", "cpu_collectives_8", "cpu_collectives_16", "summary")
-LATER = ("mps_procs_3", "ddp_resnet50", "ipc_grid_3", "cpu_teams", "cpu_collectives_4",
+         "cpu_teams", "cpu_numa", "cpu_collectives_4", "cpu_collectives_8", "cpu_collectives_16",
+         "summary")
+LATER = ("mps_procs_3", "ddp_resnet50", "ipc_grid_3", "cpu_teams", "cpu_numa", "cpu_collectives_4",
          "cpu_collectives_8", "cpu_collectives_16")
 BESIDE = ("torch_facts", "native_build")
 GPU_STEPS = ("threads_tiny", "threads_2", "threads_4", "threads_8", "memcheck", "initcheck",

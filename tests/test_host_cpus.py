@@ -84,6 +84,9 @@ def test_doctor_reports_the_layout_and_a_bad_one_by_name(monkeypatch):
     text = doctor.format_environment(doctor.environment())
     assert "2 node(s) on 2 socket(s), from PYCOMM_TOPOLOGY" in text
     assert "thread team" in text
+    pinned = host_cpus.pinned_node()
+    assert pinned == (-1 if len(os.sched_getaffinity(0) & {0, 1}) == 2 else min(os.sched_getaffinity(0)))
+    assert ("not pinned to one node" in text) == (pinned == -1), text
     monkeypatch.setenv("PYCOMM_TOPOLOGY", "0-1;1")
     info = doctor.environment()
     assert "PYCOMM_TOPOLOGY" in info["numa"]["error"]

@@ -44,6 +44,21 @@ def test_each_bound_sets_the_time_where_it_is_the_tightest():
         cores.all_reduce_time(host, 0, 1, MIB)
 
 
+def test_the_two_level_form_moves_as_the_routing_rule_says_and_crosses_half_as_much():
+    # 2 domains of L ranks: 5 + 4/L tensors a rank against the ring's 6 - 2/L; equal at L = 6.
+    assert cores.two_level_bytes_per_rank(4, 2, MIB) == 7 * MIB
+    assert cores.two_level_bytes_per_rank(12, 2, MIB) == pytest.approx(cores.ring_bytes_per_rank(12, MIB))
+    assert cores.two_level_bytes_per_rank(4, 1, MIB) == 5.25 * MIB  # one domain: no exchange
+    # Where the link binds, the ring's 2(R-1)/R tensors across it each way against one.
+    narrow = cores.CpuHost("n", 2, 16, 10e9, 40e9, 1e9)
+    ring, two = cores.all_reduce_time(narrow, 8, 1, 16 * MIB), cores.two_level_time(narrow, 8, 1, 16 * MIB)
+    assert ring.bound == two.bound == "link"
+    assert ring.seconds / two.seconds == pytest.approx(1.75, rel=0.05)
+    # Where memory binds (the posed two-socket host), 4 ranks a socket: the ring's fewer bytes win.
+    host = cores.TWO_SOCKETS
+    assert cores.all_reduce_time(host, 8, 4, 16 * MIB).seconds < cores.two_level_time(host, 8, 4, 16 * MIB).seconds
+
+
 def test_calibration_reads_one_launch_of_thread_scaling():
     host = cores.calibrate_cores(OUTPUT, mib=16)
     assert host.core_Bps == pytest.approx((23.86 + 21.26) / 2 * 1e9)

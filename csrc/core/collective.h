@@ -46,8 +46,11 @@ enum class Algorithm : uint32_t {
   kRootHost = 8,    // broadcast: the root's host, then its leader to the others, then each host
   kChannels = 9,    // send/recv: the point-to-point channels and their progress loop (host)
   kGloo = 10,       // what the fallback backend runs
+  // One host whose ranks span NUMA domains (collectives/two_level.h): reduce
+  // in each domain, exchange shards between domains, gather in each domain.
+  kTwoLevel = 11,
 };
-inline constexpr int kAlgorithms = int(Algorithm::kGloo) + 1;
+inline constexpr int kAlgorithms = int(Algorithm::kTwoLevel) + 1;
 
 // What a rank declares when it enters a collective. Plain data: it is written
 // into shared memory and compared field by field. Layout version 2 added root
@@ -118,14 +121,15 @@ inline const char* algorithm_name(Algorithm a) {
     case Algorithm::kRootHost: return "root-host";
     case Algorithm::kChannels: return "channels";
     case Algorithm::kGloo: return "gloo";
+    case Algorithm::kTwoLevel: return "two_level";
   }
   return "unknown";
 }
 
 // The algorithms pycomm.all_reduce takes by name, in the order errors list
-// them (two_shot: CUDA tensors only).
-inline constexpr Algorithm kAllReduceAlgorithms[] = {Algorithm::kAuto, Algorithm::kRing,
-                                                     Algorithm::kDirect, Algorithm::kTwoShot};
+// them (two_shot: CUDA tensors only; two_level: CPU tensors only).
+inline constexpr Algorithm kAllReduceAlgorithms[] = {Algorithm::kAuto, Algorithm::kRing, Algorithm::kDirect,
+                                                     Algorithm::kTwoShot, Algorithm::kTwoLevel};
 
 inline std::string describe(const Fingerprint& fp) {
   std::ostringstream os;

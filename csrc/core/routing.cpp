@@ -19,9 +19,27 @@ Algorithm cuda_algorithm(int world, size_t bytes) {
   return Algorithm::kRing;
 }
 
+// Whether an all-reduce the ring would run takes two_level. Domains of one
+// rank never: that rank would reduce every piece whole, alone (the one-shot's
+// reads). auto: where it moves no more bytes a rank than the ring
+// (pycomm/tools/scaling/cores.py: 5 + (D+2)/L times the tensor against
+// 6 - 4/R, with L the smallest domain's ranks: 6 a domain with 2 domains),
+// and then crosses between domains half as much, in one step per piece.
+bool takes_two_level(const RouteQuery& q) {
+  if (q.two_level == TwoLevel::kOff || q.domains < 2 || q.smallest_domain < 2 ||
+      q.bytes <= q.two_level_min_bytes ||
+      host_algorithm(q.bytes, q.local_size, q.direct_max_bytes) != Algorithm::kRing) {
+    return false;
+  }
+  const double d = q.domains, l = q.smallest_domain, r = q.local_size;
+  return q.two_level == TwoLevel::kOn || 5 + (d + 2) / l <= 6 - 4 / r;
+}
+
 Algorithm host_route(const RouteQuery& q) {
   switch (q.collective) {
     case Collective::kAllReduce:
+      if (q.requested == Algorithm::kAuto && takes_two_level(q)) return Algorithm::kTwoLevel;
+      [[fallthrough]];
     case Collective::kAllGather:
     case Collective::kReduceScatter:
       if (q.requested != Algorithm::kAuto) return q.requested;
@@ -70,6 +88,14 @@ Route route(const RouteQuery& q) {
   }
   if (q.hosts > 1) return {Runner::kHierarchical, hierarchical_route(q)};
   return {Runner::kHost, host_route(q)};
+}
+
+bool parse_two_level(const std::string& name, TwoLevel* out) {
+  if (name == "auto") *out = TwoLevel::kAuto;
+  else if (name == "on") *out = TwoLevel::kOn;
+  else if (name == "off") *out = TwoLevel::kOff;
+  else return false;
+  return true;
 }
 
 Algorithm host_algorithm(size_t bytes_per_rank, int local_size, size_t direct_max_bytes) {

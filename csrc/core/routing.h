@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "collective.h"
 
@@ -31,6 +32,11 @@ enum class Runner : uint8_t {
   kFallback,      // the group-wide gloo backend, queued after pycomm's work
 };
 inline constexpr int kRunners = int(Runner::kFallback) + 1;
+
+// The two_level setting (settings.h).
+enum class TwoLevel : uint8_t { kAuto, kOn, kOff };
+// "auto", "on" or "off"; false for anything else.
+bool parse_two_level(const std::string& name, TwoLevel* out);
 
 // The table's answer: its algorithm is never kAuto.
 struct Route {
@@ -61,14 +67,24 @@ struct RouteQuery {
   size_t bytes = 0;        // count times the element size
   size_t direct_max_bytes = 0;  // CollectiveTuning::direct_max_bytes
   size_t leader_max_bytes = 0;  // HierarchyTuning::leader_max_bytes
+  // One host: the NUMA domains its ranks are pinned to (1: one, or unknown),
+  // the ranks of the smallest, and CollectiveTuning::two_level and
+  // two_level_min_bytes.
+  int domains = 1;
+  int smallest_domain = 0;
+  TwoLevel two_level = TwoLevel::kAuto;
+  size_t two_level_min_bytes = 0;
 };
 
 Route route(const RouteQuery& q);
 
 // The rule for one host's all_reduce, reduce_scatter and all_gather: direct up
 // to direct_max_bytes of input per rank, the ring above (one rank: direct).
-// route() answers it for a call on one host; the hierarchical plan applies it
-// to the host steps it composes (its own, smaller, messages).
+// route() answers it for a call on one host (where the ranks span NUMA
+// domains of two ranks or more, an all_reduce the ring would run may take
+// two_level instead: routing.cpp); the
+// hierarchical plan applies it to the host steps it composes (its own,
+// smaller, messages).
 Algorithm host_algorithm(size_t bytes_per_rank, int local_size, size_t direct_max_bytes);
 
 // The (dtype, op) pairs the CUDA all-reduce's kernels take: the eight dtypes

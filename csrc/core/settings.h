@@ -68,6 +68,17 @@
      sleeps): 32 KiB is 3 us at 10 GB/s. A 256 KiB piece splits 8 ways at most. */                \
   X(team_share_bytes, tuning.team_share_bytes, "PYCOMM_TEAM_SHARE_KB", "KiB", 1024,                \
     size_t(32 * 1024), "a piece is split among the threads only into shares of at least this size") \
+  /* Where ranks are pinned to several NUMA domains. auto takes two_level where it moves no    \
+     more bytes a rank than the ring (routing.cpp: from about 6 ranks a domain with 2 domains),  \
+     which it then beats on the link between sockets; no host of two sockets has measured it   \
+     yet (bench/numa_perf.py, bench/gpu_check.sh's cpu_numa step). */                            \
+  X(two_level, tuning.two_level, "PYCOMM_TWO_LEVEL", "auto/on/off", 1, std::string("auto"),         \
+    "ranks pinned to several NUMA domains (of 2 ranks or more): auto takes the two-level "        \
+    "all-reduce where it moves no more bytes than the ring, on wherever the domains allow, off "  \
+    "never")                                                                                       \
+  X(two_level_min_bytes, tuning.two_level_min_bytes, "PYCOMM_TWO_LEVEL_MIN_KB", "KiB", 1024,        \
+    size_t(256) << 10,                                                                             \
+    "the two-level all-reduce only above this size (and above direct_max_bytes)")                 \
   X(restore_on_failure, tuning.restore_on_failure, "PYCOMM_RESTORE_ON_FAILURE", "0/1", 1, true,   \
     "pycomm.all_reduce puts its tensor back when it fails part way (input_backup.h)")             \
   /* Not yet measured on a GPU: large enough that a 25 MiB DDP bucket goes in one piece. */       \

@@ -180,6 +180,14 @@ void Communicator::start() {
 
 void Communicator::unlink_name() { session_->unlink_name(); }
 
+void Communicator::set_numa_nodes(std::vector<int> nodes) {
+  if (int(nodes.size()) != world()) {
+    throw core::InvalidArgument("numa_nodes: " + std::to_string(nodes.size()) + " nodes for " +
+                                std::to_string(world()) + " ranks");
+  }
+  numa_nodes_ = std::move(nodes);
+}
+
 void Communicator::abort(const std::string& reason) {
   session_->abort(reason);
   close();

@@ -184,6 +184,10 @@ class Communicator {
   size_t channel_bytes() const { return p2p_->channel_bytes(); }
   const core::CommConfig& config() const { return config_; }
   const core::NumaPlacement& numa_placement() const { return path_->placement(); }
+  // Each rank's NUMA node as its CPU affinity has it (-1: not pinned to one
+  // node), agreed at set-up (pycomm/rendezvous.py); empty until then.
+  const std::vector<int>& numa_nodes() const { return numa_nodes_; }
+  void set_numa_nodes(std::vector<int> nodes);
   // The session was aborted or failed: every later collective raises.
   bool broken() const { return session_->aborted(); }
   // Only a collective's body (which holds busy_) may use it.
@@ -213,6 +217,7 @@ class Communicator {
   core::InputBackup backup_;  // used only by whoever holds busy_
   std::optional<core::Context> context_;
   std::unique_ptr<CudaPath, CudaPathDelete> cuda_path_;
+  std::vector<int> numa_nodes_;
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -1,17 +1,46 @@
 #include "host_plan.h"
 
+#include <algorithm>
+
 #include "dtype_map.h"
 #include "symmetric_memory.h"
 
 namespace pycomm {
 
-HostPlan::HostPlan(int world, const core::CommConfig& config)
-    : world_(world), direct_max_bytes_(config.tuning.direct_max_bytes) {}
+HostPlan::HostPlan(int world, const core::CommConfig& config, const std::vector<int>& numa_nodes)
+    : world_(world),
+      direct_max_bytes_(config.tuning.direct_max_bytes),
+      two_level_min_bytes_(config.tuning.two_level_min_bytes) {
+  TORCH_CHECK_VALUE(core::parse_two_level(config.tuning.two_level, &two_level_), "two_level: expected auto, "
+                    "on or off, got '", config.tuning.two_level, "'");
+  // Domains only where every rank is pinned to one node: an unpinned rank
+  // runs, and its memory lies, wherever the kernel put it.
+  if (int(numa_nodes.size()) != world) return;
+  std::vector<int> seen;  // nodes, in order of their lowest rank
+  std::vector<int> of;
+  for (int node : numa_nodes) {
+    if (node < 0) return;
+    auto it = std::find(seen.begin(), seen.end(), node);
+    of.push_back(int(it - seen.begin()));
+    if (it == seen.end()) seen.push_back(node);
+  }
+  if (seen.size() < 2) return;
+  domains_ = int(seen.size());
+  smallest_domain_ = world;
+  for (int d = 0; d < domains_; ++d) {
+    smallest_domain_ = std::min(smallest_domain_, int(std::count(of.begin(), of.end(), d)));
+  }
+  domain_of_ = std::move(of);
+}
 
 core::RouteQuery HostPlan::route_query() const {
   core::RouteQuery q;
   q.local_size = world_;
   q.direct_max_bytes = direct_max_bytes_;
+  q.domains = domains_;
+  q.smallest_domain = smallest_domain_;
+  q.two_level = two_level_;
+  q.two_level_min_bytes = two_level_min_bytes_;
   return q;
 }
 
@@ -28,6 +57,7 @@ void HostPlan::all_reduce(const core::Context& ctx, const at::Tensor& t, core::R
   a.op = op;
   a.algorithm = algorithm;
   a.restore = restore;
+  if (!domain_of_.empty()) a.domain_of = domain_of_.data();
   // A tensor in symmetric memory of this group, large enough for the ring, is
   // reduced where it lies, in every rank's copy, with no copy in or out (every
   // rank must pass its copy: the fingerprint checks). A small one keeps the

@@ -2,6 +2,8 @@
 // (csrc/core/collectives), over the communicator's shared memory.
 #pragma once
 
+#include <vector>
+
 #include "../core/tuning.h"
 #include "plan.h"
 
@@ -9,7 +11,9 @@ namespace pycomm {
 
 class HostPlan : public Plan {
  public:
-  HostPlan(int world, const core::CommConfig& config);
+  // numa_nodes: each rank's NUMA node (Communicator::numa_nodes; -1: not
+  // pinned to one). Ranks pinned to two nodes or more make domains.
+  HostPlan(int world, const core::CommConfig& config, const std::vector<int>& numa_nodes);
 
   core::RouteQuery route_query() const override;
   void all_reduce(const core::Context& ctx, const at::Tensor& t, core::ReduceOp op,
@@ -31,6 +35,13 @@ class HostPlan : public Plan {
  private:
   int world_;
   size_t direct_max_bytes_;
+  core::TwoLevel two_level_;
+  size_t two_level_min_bytes_;
+  // Each rank's domain, numbered by lowest rank (core::AllReduceArgs::domain_of);
+  // empty: one domain.
+  std::vector<int> domain_of_;
+  int domains_ = 1;
+  int smallest_domain_ = 0;  // its ranks
 };
 
 }  // namespace pycomm

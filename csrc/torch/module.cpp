@@ -56,7 +56,7 @@ void parse_names(const std::string& op, const std::string& algorithm, core::Redu
                     joined_names(core::kReduceOps, core::op_name));
   TORCH_CHECK_VALUE(to_core_algorithm(algorithm, a), "algorithm: unknown algorithm '", algorithm,
                     "'; expected one of ", joined_names(core::kAllReduceAlgorithms, core::algorithm_name),
-                    " (two_shot: CUDA tensors only)");
+                    " (two_shot: CUDA tensors only, two_level: CPU tensors only)");
 }
 
 // The front-end behind a backend that make_backend or
@@ -198,12 +198,16 @@ PYBIND11_MODULE(_C, m) {
           },
           "Where this rank's slots and incoming ring link were placed at set-up: its NUMA node, "
           "the pages asked to move there and those that did (why_not: why none was placed).")
+      .def_property("numa_nodes", &Communicator::numa_nodes, &Communicator::set_numa_nodes,
+                    "Each rank's NUMA node as its CPU affinity has it (-1: not pinned to one node), "
+                    "agreed at set-up; ranks pinned to different nodes run large all-reduces "
+                    "two_level.")
       .def_property_readonly("config", [](const Communicator& c) { return config_dict(c.config()); });
 
   m.def("make_backend",
         [](std::shared_ptr<Communicator> comm, std::optional<c10::intrusive_ptr<c10d::Backend>> fallback) {
           const int rank = comm->rank(), world = comm->world();
-          auto plan = std::make_unique<HostPlan>(world, comm->config());
+          auto plan = std::make_unique<HostPlan>(world, comm->config(), comm->numa_nodes());
           return c10::intrusive_ptr<c10d::Backend>(c10::make_intrusive<FrontEnd>(
               rank, world, std::move(comm), std::move(plan),
               fallback ? std::move(*fallback) : c10::intrusive_ptr<c10d::Backend>()));

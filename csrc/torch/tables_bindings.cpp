@@ -76,7 +76,9 @@ size_t size_of(const char* name, const py::object& value) {
 py::tuple route_of(const std::string& collective, bool cuda, bool sparse, bool native_op, int hosts,
                 bool uniform, int local_size, const py::object& count, const py::object& bytes,
                 const py::object& direct_max_bytes, const py::object& leader_max_bytes,
-                const std::string& dtype, const std::string& op, bool contiguous) {
+                const std::string& dtype, const std::string& op, bool contiguous, int domains,
+                int smallest_domain, const std::string& two_level,
+                const py::object& two_level_min_bytes) {
   RouteQuery q;
   q.collective = Collective(index_of(collective, kCollectives,
                                       [](int i) { return collective_name(Collective(i)); },
@@ -94,11 +96,19 @@ py::tuple route_of(const std::string& collective, bool cuda, bool sparse, bool n
   q.op = ReduceOp(index_of(op, int(ReduceOp::kBxor),
                            [](int i) { return op_name(ReduceOp(i + 1)); }, "op") +
                   1);
-  if (hosts < 1 || local_size < 1) throw py::value_error("hosts, local_size: expected at least 1");
+  if (hosts < 1 || local_size < 1 || domains < 1) {
+    throw py::value_error("hosts, local_size, domains: expected at least 1");
+  }
   q.count = size_of("count", count);
   q.bytes = size_of("bytes", bytes);
   q.direct_max_bytes = size_of("direct_max_bytes", direct_max_bytes);
   q.leader_max_bytes = size_of("leader_max_bytes", leader_max_bytes);
+  q.two_level_min_bytes = size_of("two_level_min_bytes", two_level_min_bytes);
+  q.domains = domains;
+  q.smallest_domain = smallest_domain;
+  if (!core::parse_two_level(two_level, &q.two_level)) {
+    throw py::value_error("two_level: expected auto, on or off, got '" + two_level + "'");
+  }
   q.cuda = cuda;
   q.sparse = sparse;
   q.native_op = native_op;
@@ -165,9 +175,12 @@ void bind_tables(py::module_& m) {
         py::arg("uniform") = true, py::arg("local_size") = 1, py::arg("count") = 0,
         py::arg("bytes") = 0, py::arg("direct_max_bytes") = 0,
         py::arg("leader_max_bytes") = 0, py::arg("dtype") = "float32",
-        py::arg("op") = "sum", py::arg("contiguous") = true,
+        py::arg("op") = "sum", py::arg("contiguous") = true, py::arg("domains") = 1,
+        py::arg("smallest_domain") = 0, py::arg("two_level") = "auto",
+        py::arg("two_level_min_bytes") = 0,
         "route(collective, *, cuda, sparse, native_op, hosts, uniform, local_size, count, "
-        "bytes, direct_max_bytes, leader_max_bytes, dtype, op, contiguous) -> (plan, "
+        "bytes, direct_max_bytes, leader_max_bytes, dtype, op, contiguous, domains, "
+        "smallest_domain, two_level, two_level_min_bytes) -> (plan, "
         "algorithm): the backend's routing rule (csrc/core/routing.h).");
 }
 

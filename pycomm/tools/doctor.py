@@ -216,6 +216,17 @@ def _host_layout() -> Dict[str, Any]:
     return out
 
 
+def _domain_line(numa: Dict[str, Any]) -> str:
+    """What this process's pinning means for the routing table's NUMA domains."""
+    if numa.get("host_nodes", 1) < 2:
+        return "one NUMA node: every all-reduce runs flat"
+    if len(numa["nodes"]) == 1:
+        return (f"pinned to node {numa['nodes'][0]}: ranks pinned to different nodes run "
+                f"all-reduces above PYCOMM_TWO_LEVEL_MIN_KB two_level")
+    return ("not pinned to one node: large all-reduces stay flat (pin each rank to a node, "
+            "numactl or taskset, for two_level)")
+
+
 def _team_threads(ranks: int):
     """The thread team a rank gets with `ranks` ranks on this host (needs pycomm's runtime)."""
     from pycomm.config import setting
@@ -259,6 +270,7 @@ def format_environment(info: Dict[str, Any]) -> str:
         lines.append(f"NUMA         {numa['layout']}")
         lines.append(f"this process CPUs {numa['cpus']}, on node(s) "
                      f"{', '.join(map(str, numa['nodes']))}")
+        lines.append(f"             {_domain_line(numa)}")
     local = os.environ.get("LOCAL_WORLD_SIZE", "")
     ranks = int(local) if local.isdigit() and int(local) > 0 else 2
     team = _try(lambda: _team_threads(ranks), default="?")

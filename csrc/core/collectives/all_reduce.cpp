@@ -1,5 +1,6 @@
 // All-reduce: one-shot through the slots for small messages, the pipelined
-// ring (both halves in one pass) for large ones.
+// ring (both halves in one pass) for large ones, and where the ranks span
+// NUMA domains the two-level form (two_level.h).
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -9,6 +10,7 @@
 #include "../kernels/reduce_kernels.h"
 #include "collectives.h"
 #include "ring.h"
+#include "two_level.h"
 
 namespace pycomm::core {
 namespace {
@@ -75,10 +77,12 @@ void all_reduce(const Context& ctx, const AllReduceArgs& a) {
     two_shot_in_place(ctx, a, fp, divisor);
     return;
   }
-  check_host_algorithm("all_reduce", a.algorithm);
+  check_host_algorithm("all_reduce", a.algorithm, /*two_level=*/true);
   ctx.backup.begin(a.data, a.count * dtype_size(a.dtype), a.restore);
   try {
-    if (algo == Algorithm::kRing && world > 1 && a.count > 0) {
+    if (algo == Algorithm::kTwoLevel && world > 1 && a.count > 0) {
+      two_level_all_reduce(ctx, a, fp, divisor);
+    } else if (algo == Algorithm::kRing && world > 1 && a.count > 0) {
       ctx.session.handshake(fp);
       RingJob job;
       job.dtype = a.dtype;

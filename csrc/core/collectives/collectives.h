@@ -42,6 +42,11 @@ struct CollectiveTuning {
   // share of a piece holds.
   size_t team_threads = 1;
   size_t team_share_bytes = 32 * 1024;
+  // The routing table's, where the ranks span NUMA domains: whether
+  // all-reduces take two_level ("auto", "on" or "off": settings.h), and only
+  // above this many bytes (and above direct_max_bytes).
+  std::string two_level = "auto";
+  size_t two_level_min_bytes = 256 * 1024;
 };
 
 // What a collective runs on. One per communicator; one collective at a time.
@@ -53,15 +58,17 @@ struct Context {
   ThreadTeam& team;  // copies and reduces the large pieces
 };
 
-// all_reduce, all_gather and reduce_scatter run kDirect or kRing; anything
-// else (kAuto included: the routing table resolves it) is InvalidArgument.
-inline void check_host_algorithm(const char* what, Algorithm a) {
-  if (a == Algorithm::kDirect || a == Algorithm::kRing) return;
+// all_reduce, all_gather and reduce_scatter run kDirect or kRing, all_reduce
+// kTwoLevel too (`two_level`); anything else (kAuto included: the routing
+// table resolves it) is InvalidArgument.
+inline void check_host_algorithm(const char* what, Algorithm a, bool two_level = false) {
+  if (a == Algorithm::kDirect || a == Algorithm::kRing || (two_level && a == Algorithm::kTwoLevel)) return;
   if (a == Algorithm::kAuto) {
     throw InvalidArgument(std::string(what) + ": algorithm auto reached the core; the routing table "
                           "(routing.h) resolves it");
   }
-  throw InvalidArgument(std::string("algorithm: ") + what + " runs auto, direct or ring on CPU tensors");
+  throw InvalidArgument(std::string("algorithm: ") + what + " runs auto, direct" +
+                        (two_level ? ", ring or two_level" : " or ring") + " on CPU tensors");
 }
 
 struct AllReduceArgs {
@@ -81,6 +88,9 @@ struct AllReduceArgs {
   // no restore (peers write this tensor too).
   char* const* peers = nullptr;
   uint64_t place = 0;
+  // Algorithm two_level: each rank's NUMA domain, numbered 0..D-1 by lowest
+  // rank (world entries, the same on every rank); null: one domain.
+  const int* domain_of = nullptr;
 };
 void all_reduce(const Context& ctx, const AllReduceArgs& args);
 

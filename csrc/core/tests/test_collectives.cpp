@@ -154,7 +154,8 @@ double expected_value(int world, size_t i, ReduceOp op) {
 }
 
 template <class T>
-void check_all_reduce(World& w, DType dtype, ReduceOp op, size_t count, Algorithm algo) {
+void check_all_reduce(World& w, DType dtype, ReduceOp op, size_t count, Algorithm algo,
+                      const std::vector<int>* domain_of = nullptr) {
   const int world = int(w.ranks.size());
   std::vector<std::vector<T>> data(world, std::vector<T>(count));
   for (int r = 0; r < world; ++r) fill(data[r], r, op);
@@ -172,6 +173,7 @@ void check_all_reduce(World& w, DType dtype, ReduceOp op, size_t count, Algorith
       a.peers = copies.data();
       a.place = 1;
     }
+    if (domain_of) a.domain_of = domain_of->data();
     all_reduce(w.ctx(r), a);
   });
   for (const auto& e : errors) CHECK(e.empty());
@@ -629,6 +631,124 @@ TEST(two_shot_in_symmetric_memory_matches_reference) {
   }
 }
 
+// NUMA domain layouts of 2 to 5 ranks: halves, interleaved, uneven, three.
+const std::vector<std::vector<int>> kDomainLayouts = {
+    {0, 1}, {0, 0, 1}, {0, 1, 1}, {0, 1, 0}, {0, 0, 1, 1}, {0, 1, 0, 1}, {0, 0, 0, 1}, {0, 1, 2}, {0, 0, 1, 1, 2}};
+
+TEST(two_level_all_reduce_matches_reference_for_every_domain_layout) {
+  // 64 float32 elements a piece: counts of many pieces, a short last piece,
+  // and fewer elements than a domain has ranks (empty shares).
+  for (const auto& layout : kDomainLayouts) {
+    World w(int(layout.size()), small_buffers());
+    for (size_t count : {0ul, 1ul, 3ul, 250ul, 1023ul}) {
+      for (ReduceOp op : kOps) {
+        check_all_reduce<float>(w, DType::kFloat32, op, count, Algorithm::kTwoLevel, &layout);
+        check_all_reduce<double>(w, DType::kFloat64, op, count, Algorithm::kTwoLevel, &layout);
+        check_all_reduce<Half>(w, DType::kFloat16, op, count, Algorithm::kTwoLevel, &layout);
+        check_all_reduce<BFloat16>(w, DType::kBFloat16, op, count, Algorithm::kTwoLevel, &layout);
+        if (op != ReduceOp::kAvg) {
+          check_all_reduce<int8_t>(w, DType::kInt8, op, count, Algorithm::kTwoLevel, &layout);
+          check_all_reduce<int64_t>(w, DType::kInt64, op, count, Algorithm::kTwoLevel, &layout);
+        }
+      }
+    }
+  }
+  // No layout: one domain, the reduce-scatter and all-gather through the slots.
+  for (int world = 1; world <= 4; ++world) {
+    World w(world, small_buffers());
+    for (size_t count : {1ul, 7ul, 1023ul}) {
+      for (ReduceOp op : kOps) check_all_reduce<float>(w, DType::kFloat32, op, count, Algorithm::kTwoLevel);
+    }
+  }
+}
+
+// The two-level all-reduce of random values with `team` threads a rank;
+// checks every rank ends with the same bytes and returns rank 0's.
+std::vector<char> two_level_result(const std::vector<int>& layout, int team, DType dtype, ReduceOp op,
+                                   size_t count) {
+  const int world = int(layout.size());
+  Config c = small_buffers();
+  c.data.slot_bytes = 4096;
+  c.tuning.team_threads = size_t(team);
+  c.tuning.team_share_bytes = 64;
+  World w(world, c);
+  std::vector<std::vector<char>> data(world);
+  for (int r = 0; r < world; ++r) data[r] = random_values(dtype, count, r, 3);
+  auto errors = w.run([&](int r) {
+    AllReduceArgs a;
+    a.data = data[r].data();
+    a.count = count;
+    a.dtype = dtype;
+    a.op = op;
+    a.algorithm = Algorithm::kTwoLevel;
+    a.domain_of = layout.data();
+    all_reduce(w.ctx(r), a);
+  });
+  for (const auto& e : errors) CHECK(e.empty());
+  for (int r = 1; r < world; ++r) CHECK(data[r] == data[0]);
+  return data[0];
+}
+
+TEST(two_level_is_bitwise_equal_across_ranks_and_team_sizes) {
+  const DType dtypes[] = {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kInt32,
+                          DType::kUInt64, DType::kBool};
+  const ReduceOp ops[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kProduct, ReduceOp::kBxor};
+  int checked = 0;
+  for (const std::vector<int>& layout : {std::vector<int>{0, 0, 1, 1}, std::vector<int>{0, 1, 1}}) {
+    for (DType dtype : dtypes) {
+      const bool floating = dtype == DType::kFloat32 || dtype == DType::kFloat64 || dtype == DType::kFloat16 ||
+                            dtype == DType::kBFloat16;
+      for (ReduceOp op : ops) {
+        if (is_bitwise(op) ? floating : (op == ReduceOp::kAvg && !floating)) continue;
+        if (dtype == DType::kBool && !(is_bitwise(op) || op == ReduceOp::kMax)) continue;
+        // Many pieces with a short last one; uneven shares.
+        const size_t count = 3001;
+        CHECK(two_level_result(layout, 1, dtype, op, count) == two_level_result(layout, 4, dtype, op, count));
+        ++checked;
+      }
+    }
+  }
+  std::printf("  %d cases of (layout, dtype, op): a team of 4 gives the bytes of 1\n", checked);
+}
+
+TEST(two_level_failure_midway_restores_the_input) {
+  // Rank 1 leaves after the first piece: rank 0 has written that piece of its
+  // tensor, and puts it back when the second piece's handshake times out.
+  Config c = small_buffers();
+  c.wait.timeout_s = 0.3;
+  World w(2, c);
+  const std::vector<int> layout = {0, 1};
+  std::vector<std::vector<float>> data(2, std::vector<float>(200));
+  for (auto& v : data) {
+    for (size_t i = 0; i < v.size(); ++i) v[i] = float(i % 13);
+  }
+  const std::vector<float> original = data[0];
+  auto errors = w.run([&](int r) {
+    AllReduceArgs a;
+    a.data = data[r].data();
+    a.count = data[r].size();
+    a.algorithm = Algorithm::kTwoLevel;
+    a.domain_of = layout.data();
+    if (r == 0) {
+      all_reduce(w.ctx(0), a);
+      return;
+    }
+    // The first piece's three handshakes (of 64 floats, a 256-byte slot), with
+    // the same fingerprint, then silence.
+    Session& s1 = *w.ranks[1]->session;
+    ShmDataPath& p1 = *w.ranks[1]->path;
+    const Fingerprint fp =
+        fingerprint_of(CollectiveKind::kAllReduce, a.count, a.dtype, Algorithm::kTwoLevel, &a.op, 2);
+    s1.begin("all_reduce");
+    for (int h = 0; h < 3; ++h) {
+      std::memcpy(p1.next_slot(), data[1].data(), 64 * sizeof(float));
+      s1.handshake(fp);
+    }
+  });
+  CHECK(errors[0].rfind("timeout: ", 0) == 0);
+  CHECK(std::memcmp(data[0].data(), original.data(), original.size() * sizeof(float)) == 0);
+}
+
 TEST(mismatched_counts_raise_on_every_rank_and_leave_inputs) {
   for (Algorithm algo : {Algorithm::kDirect, Algorithm::kRing}) {
     World w(3, small_buffers());
@@ -666,7 +786,7 @@ TEST(an_algorithm_the_core_does_not_run_is_refused_before_any_rank_waits) {
     });
     for (int r = 0; r < 2; ++r) {
       const bool is_auto = algo == Algorithm::kAuto;
-      CHECK(errors[r].find(is_auto ? "the routing table" : "algorithm: all_reduce runs auto, direct or ring") !=
+      CHECK(errors[r].find(is_auto ? "the routing table" : "algorithm: all_reduce runs auto, direct, ring or two_level") !=
             std::string::npos);
       for (float v : data[r]) CHECK(v == 1.f);
     }

@@ -1,6 +1,7 @@
 """A CPU host's cores and sockets as pycomm's shared-memory ring all-reduce sees them: how
 long a large all-reduce takes with R ranks of T threads each (a rank's thread team,
-docs/settings.md), and why. Three numbers describe the host, all bytes read plus written a
+docs/settings.md), and why; and the same for the two-level all-reduce of ranks pinned to
+sockets (two_level_time), whose bytes against the ring's are the routing table's rule. Three numbers describe the host, all bytes read plus written a
 second (as csrc/core/bench/thread_scaling reports them):
 
     core_Bps    what one thread's copy and reduction loops move
@@ -72,27 +73,53 @@ def ring_bytes_per_rank(ranks: int, nbytes: float) -> float:
     return (6 * ranks - 4) / ranks * nbytes
 
 
-def all_reduce_time(host: CpuHost, ranks: int, threads: int, nbytes: float,
-                    alpha_s: float = ALPHA_S) -> TeamPrediction:
-    """The ring all-reduce of `nbytes` by `ranks` ranks of `threads` threads each, spread
-    evenly over the host's sockets."""
+def two_level_bytes_per_rank(ranks: int, domains: int, nbytes: float) -> float:
+    """Bytes a rank reads plus writes in one two-level all-reduce (collectives/two_level.h)
+    over `domains` domains of ranks/domains ranks: its piece into its slot (2), its share
+    reduced over its domain's L slots (1 + 1/L), over the domains' D partials (D/L + 1/L; not
+    with one domain), every share copied out (2)."""
+    per_domain = ranks / domains
+    return (5 + ((domains + 2) if domains > 1 else 1) / per_domain) * nbytes
+
+
+def _timed(host: CpuHost, ranks: int, threads: int, moved: float, crossing: float,
+           syncs: float, alpha_s: float) -> TeamPrediction:
+    """The slowest of the bounds (module doc) on `moved` bytes a rank and `crossing` bytes
+    each way between two sockets, plus `syncs` synchronisations of alpha_s."""
     if ranks < 1 or threads < 1:
         raise ValueError(f"ranks and threads: expected 1 or more, got {ranks} and {threads}")
     sockets_used = min(host.sockets, ranks)
     on_fullest = -(-ranks // sockets_used)
     threads = min(threads, max(1, host.cores_per_socket // on_fullest))
-    moved = ring_bytes_per_rank(ranks, nbytes)
     bounds = {"cores": threads * host.core_Bps, "socket": host.socket_Bps / on_fullest}
     per_rank = min(bounds.values())
     seconds = moved / per_rank
     bound = min(bounds, key=bounds.get)
-    if sockets_used > 1 and ranks > 1:
-        crossing = 2.0 * (ranks - 1) / ranks * nbytes
-        if crossing / host.link_Bps > seconds:
-            seconds, bound = crossing / host.link_Bps, "link"
+    if sockets_used > 1 and ranks > 1 and crossing / host.link_Bps > seconds:
+        seconds, bound = crossing / host.link_Bps, "link"
+    return TeamPrediction(seconds + syncs * alpha_s, bound, per_rank, moved)
+
+
+def all_reduce_time(host: CpuHost, ranks: int, threads: int, nbytes: float,
+                    alpha_s: float = ALPHA_S) -> TeamPrediction:
+    """The ring all-reduce of `nbytes` by `ranks` ranks of `threads` threads each, spread
+    evenly over the host's sockets."""
     steps = 2 * (ranks - 1) if ranks > 1 else 1
-    pieces = max(1.0, nbytes / ranks / PIECE_BYTES)
-    return TeamPrediction(seconds + steps * pieces * alpha_s, bound, per_rank, moved)
+    pieces = max(1.0, nbytes / max(ranks, 1) / PIECE_BYTES)
+    return _timed(host, ranks, threads, ring_bytes_per_rank(ranks, nbytes),
+                  2.0 * (ranks - 1) / max(ranks, 1) * nbytes, steps * pieces, alpha_s)
+
+
+def two_level_time(host: CpuHost, ranks: int, threads: int, nbytes: float,
+                   alpha_s: float = ALPHA_S) -> TeamPrediction:
+    """The two-level all-reduce with each socket a domain of the ranks spread evenly over
+    them: each domain's partials cross once (the tensor's bytes each way, with 2 sockets), in
+    pieces of a slot (PIECE_BYTES) of three group-wide handshakes (two with one domain), each
+    counted as two of the ring's neighbour synchronisations."""
+    domains = max(1, min(host.sockets, ranks))
+    pieces = max(1.0, nbytes / PIECE_BYTES)
+    return _timed(host, ranks, threads, two_level_bytes_per_rank(ranks, domains, nbytes),
+                  nbytes if domains > 1 else 0.0, pieces * (3 if domains > 1 else 2) * 2, alpha_s)
 
 
 def team_table(host: CpuHost, ranks: int, teams: Iterable[int], sizes: Iterable[int]) -> List[str]:
