@@ -22,11 +22,10 @@ every rank checks the exact result (#wrong, summed over ranks).
 """
 from __future__ import annotations
 
-import argparse
 import os
 
 from harness import driver  # (harness puts pycomm on sys.path)
-from harness.sizes import add_size_options, check_size_options, human, sweep
+from harness.sizes import check_size_options, human, sweep
 from harness.timing import per_call_median, summarize
 from harness.world import World
 
@@ -155,12 +154,7 @@ def run(args):
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog=__doc__.split("\n\n", 1)[1])
-    add_size_options(p, "")
-    p.add_argument("--nproc", "--ranks", type=int, default=4, metavar="RANKS",
-                   help="ranks to spawn (ignored under torchrun)")
+    p = driver.rank_sweep_parser(__doc__, ranks=4)
     p.add_argument("--nodes", type=int, default=0, help="nodes to use (0: every node)")
     p.add_argument("--pose", type=int, default=2,
                    help="on a host of one node: pose this many (PYCOMM_TOPOLOGY)")

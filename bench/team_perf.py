@@ -19,13 +19,12 @@ above the host's cores) oversubscribes them: the bench runs it, the header says 
 """
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 
 from harness import driver  # (harness puts pycomm on sys.path)
 from pycomm.torch_compat import all_gather_single, reduce_scatter_single
-from harness.sizes import add_size_options, check_size_options, human, sweep
+from harness.sizes import check_size_options, human, sweep
 from harness.timing import per_call_median, summarize
 from harness.world import World
 
@@ -151,12 +150,7 @@ def run(args):
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog=__doc__.split("\n\n", 1)[1])
-    add_size_options(p, "")
-    p.add_argument("--nproc", "--ranks", type=int, default=2, metavar="RANKS",
-                   help="ranks to spawn (ignored under torchrun)")
+    p = driver.rank_sweep_parser(__doc__, ranks=2)
     p.add_argument("--threads", default="1,2", metavar="N[,N...]",
                    help="team sizes to compare; the first is the reference of xN")
     p.add_argument("--collective", default="all_reduce", metavar="NAME[,NAME...]",

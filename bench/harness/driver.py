@@ -4,11 +4,25 @@ and the JSON file. A driver keeps only what is its own: its options, its peers, 
 one measurement and the summary of one item."""
 from __future__ import annotations
 
+import argparse
 import sys
 
 from pycomm.tools import results_schema as schema
 
 from .launch import launch
+from .sizes import add_size_options
+
+
+def rank_sweep_parser(doc: str, ranks: int):
+    """The parser of a sweep of sizes over ranks it spawns: the module doc's first paragraph
+    as description and the rest as epilog, the size options and --nproc (default `ranks`)."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=doc.split("\n\n", 1)[1])
+    add_size_options(p, "")
+    p.add_argument("--nproc", "--ranks", type=int, default=ranks, metavar="RANKS",
+                   help="ranks to spawn (ignored under torchrun)")
+    return p
 
 
 def add_sweep_options(p, per: str):
