@@ -221,8 +221,8 @@ def _domain_line(numa: Dict[str, Any]) -> str:
     if numa.get("host_nodes", 1) < 2:
         return "one NUMA node: every all-reduce runs flat"
     if len(numa["nodes"]) == 1:
-        return (f"pinned to node {numa['nodes'][0]}: ranks pinned to different nodes run "
-                f"all-reduces above PYCOMM_TWO_LEVEL_MIN_KB two_level")
+        return (f"pinned to node {numa['nodes'][0]}: ranks pinned to different nodes are NUMA "
+                f"domains, whose large all-reduces may take two_level (PYCOMM_TWO_LEVEL)")
     return ("not pinned to one node: large all-reduces stay flat (pin each rank to a node, "
             "numactl or taskset, for two_level)")
 
