@@ -142,22 +142,35 @@ def main(argv=None) -> None:
     from harness.launch import run_in_session
     from harness.table import Column, Table
 
-    rows = []
+    rows, notes = [], []
     for backend in args.backends:
         out = tempfile.mktemp(suffix=".json")
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
                os.path.abspath(__file__), "--rank-job", backend, "--out", out, "--grad-mode", args.grad_mode,
                "--reps", str(args.reps), "--calls", str(args.calls),
                "--sizes", ",".join(map(str, args.sizes))]
-        rc, _, stderr = run_in_session(cmd, 900, env=dict(os.environ, OMP_NUM_THREADS="1"))
-        if rc != 0 or not os.path.exists(out):
-            raise SystemExit(f"per_call_floor: the {backend} launch failed (rc {rc}):\n{stderr[-3000:]}")
+        # A rank of the gloo launch aborted once, in a loaded test run, with "terminate called
+        # without an active exception" (no pycomm thread exists in that process; upstream
+        # reports of gloo aborting so at teardown: pytorch#179291, #190489). The baseline gets
+        # a second launch, and the table says so; pycomm's launch gets none.
+        for attempt in range(2 if backend == "gloo" else 1):
+            rc, _, stderr = run_in_session(cmd, 900, env=dict(os.environ, OMP_NUM_THREADS="1"))
+            if rc == 0 and os.path.exists(out):
+                break
+            if attempt + 1 == (2 if backend == "gloo" else 1):
+                raise SystemExit(f"per_call_floor: the {backend} launch failed (rc {rc}):\n{stderr[-3000:]}")
+            first = next((line for line in stderr.splitlines() if "terminate" in line or "Error" in line),
+                         stderr.strip().splitlines()[-1] if stderr.strip() else "")
+            notes.append(f"the {backend} launch failed once (rc {rc}: {first.strip()[:120]}); "
+                         f"its second launch is the one measured")
         with open(out) as f:
             rows += json.load(f)
         os.remove(out)
     us = {(r["backend"], r["size"], r["road"]): r for r in rows}
     print(f"# per-call floor, 2 ranks, {args.grad_mode}: rank 0's median µs per call over {args.reps} reps "
           "(spread in brackets); x dist: the road's time over dist.all_reduce's on the same backend")
+    for note in notes:
+        print(f"# {note}")
     cols = [Column("size", 6, "size", "d"), Column("road", 11, "road", align="<"), None]
     for b in args.backends:
         cols += [Column(f"{b} µs", 10, lambda r, b=b: us.get((b, r["size"], r["road"]), {}).get("us"), ".1f"),
