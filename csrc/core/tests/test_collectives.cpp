@@ -98,6 +98,17 @@ Config default_buffers() {
   return c;
 }
 
+// An all-reduce of `count` elements at `data`, in place.
+AllReduceArgs all_reduce_args(void* data, size_t count, DType dtype, ReduceOp op, Algorithm algo) {
+  AllReduceArgs a;
+  a.data = data;
+  a.count = count;
+  a.dtype = dtype;
+  a.op = op;
+  a.algorithm = algo;
+  return a;
+}
+
 // Small integers keep every sum, product and average exact in every dtype.
 double input_value(int rank, size_t i, ReduceOp op) {
   if (op == ReduceOp::kProduct) return double(int(1 + (size_t(rank) + i) % 2) * ((i % 3) ? 1 : -1));
@@ -163,12 +174,7 @@ void check_all_reduce(World& w, DType dtype, ReduceOp op, size_t count, Algorith
   std::vector<char*> copies(world);
   for (int r = 0; r < world; ++r) copies[r] = reinterpret_cast<char*>(data[r].data());
   auto errors = w.run([&](int r) {
-    AllReduceArgs a;
-    a.data = data[r].data();
-    a.count = count;
-    a.dtype = dtype;
-    a.op = op;
-    a.algorithm = algo;
+    AllReduceArgs a = all_reduce_args(data[r].data(), count, dtype, op, algo);
     if (algo == Algorithm::kTwoShot) {
       a.peers = copies.data();
       a.place = 1;
@@ -411,13 +417,7 @@ std::vector<char> run_every_collective(int world, int team, DType dtype, ReduceO
   }
   auto errors = w.run([&](int r) {
     const Context ctx = w.ctx(r);
-    AllReduceArgs a;
-    a.data = ar[r].data();
-    a.count = count;
-    a.dtype = dtype;
-    a.op = op;
-    a.algorithm = algo;
-    all_reduce(ctx, a);
+    all_reduce(ctx, all_reduce_args(ar[r].data(), count, dtype, op, algo));
     ReduceScatterArgs s;
     s.input = rs_in[r].data();
     s.output = rs_out[r].data();
@@ -675,12 +675,7 @@ std::vector<char> two_level_result(const std::vector<int>& layout, int team, DTy
   std::vector<std::vector<char>> data(world);
   for (int r = 0; r < world; ++r) data[r] = random_values(dtype, count, r, 3);
   auto errors = w.run([&](int r) {
-    AllReduceArgs a;
-    a.data = data[r].data();
-    a.count = count;
-    a.dtype = dtype;
-    a.op = op;
-    a.algorithm = Algorithm::kTwoLevel;
+    AllReduceArgs a = all_reduce_args(data[r].data(), count, dtype, op, Algorithm::kTwoLevel);
     a.domain_of = layout.data();
     all_reduce(w.ctx(r), a);
   });
