@@ -20,6 +20,7 @@
 #include "frontend.h"
 #include "hierarchical_plan.h"
 #include "host_plan.h"
+#include "null_backend.h"
 #include "symmetric_memory.h"
 #include "tables_bindings.h"
 
@@ -233,6 +234,9 @@ PYBIND11_MODULE(_C, m) {
         "The c10d backend of a group that spans hosts: `communicator` over this host's ranks, "
         "`inter` over the ranks with this rank's local index on every host, `fallback` over all; "
         "its thresholds are the communicator's settings (hier_*).");
+  m.def("make_null_backend", &make_null_backend, py::arg("rank"), py::arg("size"),
+        "A c10d backend that completes every call at once and moves nothing: torch's own "
+        "per-call cost, for the benches (null_backend.h). Never a real group's backend.");
   m.def("all_reduce", &all_reduce, py::arg("backend"), py::arg("tensor"), py::arg("op"),
         py::arg("async_op"), py::arg("algorithm"), py::arg("restore_on_failure") = py::none(),
         py::arg("python_future") = false,
