@@ -35,6 +35,8 @@ DESCRIPTIONS = {
     "gloo": "gloo over the whole group, after pycomm's queued work",
     "two_level": "one host across NUMA domains: reduce in each domain, exchange shards "
                  "between domains, gather in each domain",
+    "single_copy": "one host whose ranks read each other's memory: each rank copies what it "
+                   "needs straight out of its peers' tensors, once (cross-memory attach)",
 }
 
 
@@ -48,13 +50,16 @@ def route(collective: str, *, hosts: int = 1, local_size: int = 1, uniform: bool
           native_op: bool = True, leader_max_bytes: Optional[int] = None,
           direct_max_bytes: Optional[int] = None, dtype: str = "float32", op: str = "sum",
           contiguous: bool = True, domains: int = 1, smallest_domain: Optional[int] = None,
-          two_level: Optional[str] = None, two_level_min_bytes: Optional[int] = None) -> Route:
+          two_level: Optional[str] = None, two_level_min_bytes: Optional[int] = None,
+          single_copy: bool = False, single_copy_min_bytes: Optional[int] = None) -> Route:
     """The route of `collective` with `count` elements of `itemsize` bytes per rank's input
     (all_reduce: the tensor) on `hosts` hosts of `local_size` ranks, pinned to `domains`
     NUMA domains (one host; 1: one, or not pinned) of at least `smallest_domain` ranks each
     (default: the ranks split evenly); two_level and the thresholds default to the settings
-    (csrc/core/settings.h, with their PYCOMM_* overrides). `dtype` (a reducible dtype's
-    name, or "opaque"), `op` and `contiguous` decide only where CUDA tensors go."""
+    (csrc/core/settings.h, with their PYCOMM_* overrides). `single_copy`: whether the ranks
+    read each other's memory (a group's probe decides it at set-up: Communicator.single_copy).
+    `dtype` (a reducible dtype's name, or "opaque"), `op` and `contiguous` decide only where
+    CUDA tensors go."""
     if leader_max_bytes is None:
         leader_max_bytes = setting("hier_leader_max_bytes")
     if direct_max_bytes is None:
@@ -65,13 +70,16 @@ def route(collective: str, *, hosts: int = 1, local_size: int = 1, uniform: bool
         two_level = setting("two_level")
     if smallest_domain is None:
         smallest_domain = local_size // domains
+    if single_copy_min_bytes is None:
+        single_copy_min_bytes = setting("single_copy_min_bytes")
     return Route(*_C.route(collective, cuda=cuda, sparse=sparse, native_op=native_op,
                            hosts=hosts, uniform=uniform, local_size=local_size, count=count,
                            bytes=count * itemsize, direct_max_bytes=direct_max_bytes,
                            leader_max_bytes=leader_max_bytes, dtype=dtype, op=op,
                            contiguous=contiguous, domains=domains,
                            smallest_domain=smallest_domain, two_level=two_level,
-                           two_level_min_bytes=two_level_min_bytes))
+                           two_level_min_bytes=two_level_min_bytes, single_copy=single_copy,
+                           single_copy_min_bytes=single_copy_min_bytes))
 
 
 def all_reduce_route(*, hosts: int, local_size: int, nbytes: int, itemsize: int = 4,

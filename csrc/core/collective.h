@@ -49,8 +49,12 @@ enum class Algorithm : uint32_t {
   // One host whose ranks span NUMA domains (collectives/two_level.h): reduce
   // in each domain, exchange shards between domains, gather in each domain.
   kTwoLevel = 11,
+  // One host whose ranks read each other's memory (transport/cross_memory.h):
+  // each rank copies what it needs straight out of its peers' tensors, once,
+  // between a handshake that announces them and one that releases them.
+  kSingleCopy = 12,
 };
-inline constexpr int kAlgorithms = int(Algorithm::kTwoLevel) + 1;
+inline constexpr int kAlgorithms = int(Algorithm::kSingleCopy) + 1;
 
 // What a rank declares when it enters a collective. Plain data: it is written
 // into shared memory and compared field by field. Layout version 2 added root
@@ -122,14 +126,16 @@ inline const char* algorithm_name(Algorithm a) {
     case Algorithm::kChannels: return "channels";
     case Algorithm::kGloo: return "gloo";
     case Algorithm::kTwoLevel: return "two_level";
+    case Algorithm::kSingleCopy: return "single_copy";
   }
   return "unknown";
 }
 
 // The algorithms pycomm.all_reduce takes by name, in the order errors list
-// them (two_shot: CUDA tensors only; two_level: CPU tensors only).
-inline constexpr Algorithm kAllReduceAlgorithms[] = {Algorithm::kAuto, Algorithm::kRing, Algorithm::kDirect,
-                                                     Algorithm::kTwoShot, Algorithm::kTwoLevel};
+// them (two_shot: CUDA tensors only; two_level and single_copy: CPU tensors only).
+inline constexpr Algorithm kAllReduceAlgorithms[] = {Algorithm::kAuto,    Algorithm::kRing,
+                                                     Algorithm::kDirect,  Algorithm::kTwoShot,
+                                                     Algorithm::kTwoLevel, Algorithm::kSingleCopy};
 
 inline std::string describe(const Fingerprint& fp) {
   std::ostringstream os;

@@ -35,6 +35,20 @@ bool takes_two_level(const RouteQuery& q) {
   return q.two_level == TwoLevel::kOn || 5 + (d + 2) / l <= 6 - 4 / r;
 }
 
+// Whether a collective of one host goes by its single-copy form (routing.h).
+bool takes_single_copy(const RouteQuery& q) {
+  switch (q.collective) {
+    case Collective::kAllReduce:
+    case Collective::kAllGather:
+    case Collective::kReduceScatter:
+    case Collective::kBroadcast:
+    case Collective::kGather:
+    case Collective::kScatter:
+      return q.single_copy && q.local_size > 1 && q.bytes >= q.single_copy_min_bytes && q.bytes > 0;
+    default: return false;
+  }
+}
+
 Algorithm host_route(const RouteQuery& q) {
   switch (q.collective) {
     case Collective::kAllReduce:
@@ -43,7 +57,12 @@ Algorithm host_route(const RouteQuery& q) {
     case Collective::kAllGather:
     case Collective::kReduceScatter:
       if (q.requested != Algorithm::kAuto) return q.requested;
+      if (takes_single_copy(q)) return Algorithm::kSingleCopy;
       return host_algorithm(q.bytes, q.local_size, q.direct_max_bytes);
+    case Collective::kBroadcast:
+    case Collective::kGather:
+    case Collective::kScatter:
+      return takes_single_copy(q) ? Algorithm::kSingleCopy : Algorithm::kDirect;
     case Collective::kAllToAll: return Algorithm::kPairwise;
     case Collective::kSend:
     case Collective::kRecv: return Algorithm::kChannels;

@@ -79,6 +79,16 @@
   X(two_level_min_bytes, tuning.two_level_min_bytes, "PYCOMM_TWO_LEVEL_MIN_KB", "KiB", 1024,        \
     size_t(256) << 10,                                                                             \
     "the two-level all-reduce only above this size (and above direct_max_bytes)")                 \
+  /* auto takes cross-memory attach wherever every rank can read every peer (the probe at     \
+     set-up, transport/cross_memory.h); off keeps every byte on the staging path. */            \
+  X(single_copy, tuning.single_copy, "PYCOMM_SINGLE_COPY", "auto/cma/off", 1, std::string("auto"), \
+    "large messages copied once, straight out of the peer's memory (cma: process_vm_readv), "   \
+    "where every rank can read every peer: auto where the probe at set-up succeeds, cma "      \
+    "required (set-up fails where it cannot be had), off never")                                \
+  X(single_copy_min_bytes, tuning.single_copy_min_bytes, "PYCOMM_SINGLE_COPY_MIN_KB", "KiB", 1024, \
+    size_t(64) << 10,                                                                              \
+    "messages (per rank) of at least this size take the single copy; smaller ones the staging "  \
+    "path, whose two copies cost less than the call into the kernel")                            \
   X(restore_on_failure, tuning.restore_on_failure, "PYCOMM_RESTORE_ON_FAILURE", "0/1", 1, true,   \
     "pycomm.all_reduce puts its tensor back when it fails part way (input_backup.h)")             \
   /* Not yet measured on a GPU: large enough that a 25 MiB DDP bucket goes in one piece. */       \

@@ -159,22 +159,28 @@ Communicator::Communicator(int rank, int world, const core::SegmentPlace& place,
                       : core::Session::attach(rank, world, place, config.wait)),
       team_(int(config.tuning.team_threads), config.tuning.team_share_bytes, team_spin_us(config, world)) {
   try {
+    if (!core::parse_single_copy(config_.tuning.single_copy, &single_copy_mode_)) {
+      throw core::InvalidArgument("single_copy: expected auto, cma or off, got '" + config_.tuning.single_copy + "'");
+    }
     path_ = std::make_unique<core::ShmDataPath>(*session_);
+    cma_ = std::make_unique<core::CrossMemory>(*session_);
     channels_ = std::make_unique<core::P2PChannels>(*session_);
     p2p_ = std::make_unique<core::P2PEngine>(
-        *channels_, [](uint32_t type) { return std::string(c10::toString(c10::ScalarType(type))); }, &team_);
+        *channels_, [](uint32_t type) { return std::string(c10::toString(c10::ScalarType(type))); }, &team_,
+        cma_.get(), config_.tuning.single_copy_min_bytes);
   } catch (...) {
     // Nobody else knows the place yet: remove its name, or it stays in /dev/shm.
     if (create) session_->unlink_name();
     throw;
   }
-  context_.emplace(core::Context{*session_, *path_, backup_, config_.tuning, team_});
+  context_.emplace(core::Context{*session_, *path_, backup_, config_.tuning, team_, *cma_});
 }
 
 Communicator::~Communicator() { close(); }
 
 void Communicator::start() {
   session_->start();
+  cma_->agree(single_copy_mode_);
   worker_ = std::thread([this] { worker_loop(); });
 }
 
@@ -262,6 +268,7 @@ void Communicator::flush() {
 }
 
 std::exception_ptr Communicator::run(const Job& job) {
+  const core::PartTimer timer(core::CallPart::kJob);
   try {
     job.body(*context_);
   } catch (...) {

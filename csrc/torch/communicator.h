@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "../core/call_profile.h"
 #include "../core/collectives/collectives.h"
 #include "../core/p2p/p2p_engine.h"
 #include "../core/tuning.h"
@@ -152,6 +153,7 @@ class Communicator {
       times = JobTimes{what, bytes, false, now, now, 0, 0};
     }
     try {
+      const core::PartTimer job(core::CallPart::kJob);
       body(*context_);
     } catch (...) {
       release_claim();
@@ -188,6 +190,11 @@ class Communicator {
   // node), agreed at set-up (pycomm/rendezvous.py); empty until then.
   const std::vector<int>& numa_nodes() const { return numa_nodes_; }
   void set_numa_nodes(std::vector<int> nodes);
+  // Whether the group copies large messages once, straight out of a peer's
+  // memory (agreed by every rank at start(): core/transport/cross_memory.h),
+  // and why or why not.
+  bool single_copy() const { return cma_->enabled(); }
+  const std::string& single_copy_reason() const { return cma_->reason(); }
   // The session was aborted or failed: every later collective raises.
   bool broken() const { return session_->aborted(); }
   // Only a collective's body (which holds busy_) may use it.
@@ -209,6 +216,8 @@ class Communicator {
   core::CommConfig config_;
   std::unique_ptr<core::Session> session_;
   std::unique_ptr<core::ShmDataPath> path_;
+  std::unique_ptr<core::CrossMemory> cma_;
+  core::SingleCopy single_copy_mode_ = core::SingleCopy::kAuto;  // the setting, agreed at start()
   std::unique_ptr<core::P2PChannels> channels_;
   // The collectives' and the point-to-point engine's (declared before it: it
   // outlives the engine). One user at a time; a split that finds it busy runs alone.

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <optional>
 
+#include "../core/call_profile.h"
 #include "cuda_path.h"
 #include "dtype_map.h"
 #include "staged_tensor.h"
@@ -28,6 +29,7 @@ class Work : public c10d::Work {
   std::exception_ptr exception() const override { return item_->error(); }
   // pycomm's own deadline bounds every wait; c10d's timeout adds nothing.
   bool wait(std::chrono::milliseconds /*timeout*/) override {
+    const core::PartTimer timed(core::CallPart::kCall, /*counts=*/false);
     // Not started yet: the waiter runs it, rather than sleep while the worker does.
     if (!item_->completed()) {
       if (auto comm = comm_.lock()) comm->run_if_next(item_);
@@ -327,7 +329,7 @@ struct AllReduceBody {
 c10::intrusive_ptr<c10d::Work> FrontEnd::all_reduce(std::vector<at::Tensor>& tensors,
                                                    const c10d::AllreduceOptions& opts,
                                                    const AllReduceCall& call) {
-  ++sequence_;
+  const core::PartTimer timed = enter();
   const Reduction red = reduction_of(opts.reduceOp);
   const core::RouteQuery q = query(core::Collective::kAllReduce, where_of(tensors), red, call.algorithm);
   const core::Route route = route_of(q, tensors.empty() ? at::Tensor() : tensors[0]);
@@ -399,10 +401,10 @@ c10::intrusive_ptr<c10d::Work> FrontEnd::cuda_all_reduce(std::vector<at::Tensor>
 
 c10::intrusive_ptr<c10d::Work> FrontEnd::broadcast(std::vector<at::Tensor>& tensors,
                                                   const c10d::BroadcastOptions& opts) {
-  ++sequence_;
-  if (runner_of(core::Collective::kBroadcast, where_of(tensors)) == core::Runner::kFallback) {
-    return fallback().broadcast(tensors, opts);
-  }
+  const core::PartTimer timed = enter();
+  const core::Route route = route_of(query(core::Collective::kBroadcast, where_of(tensors), Reduction()),
+                                     tensors.empty() ? at::Tensor() : tensors[0]);
+  if (route.runner == core::Runner::kFallback) return fallback().broadcast(tensors, opts);
   const at::Tensor& t = single_tensor(tensors, "tensor");
   check_tensor(t, "tensor");
   check_root(opts.rootRank, getSize(), "src");
@@ -410,10 +412,10 @@ c10::intrusive_ptr<c10d::Work> FrontEnd::broadcast(std::vector<at::Tensor>& tens
   if (!is_root) check_writable(t, "tensor");
   Job job;
   job.outputs = tensors;
-  job.body = [plan = plan_, s = StagedTensor(t, is_root ? Use::kIn : Use::kOut),
-              root = int(opts.rootRank)](const core::Context& ctx) {
+  job.body = [plan = plan_, s = StagedTensor(t, is_root ? Use::kIn : Use::kOut), root = int(opts.rootRank),
+              algorithm = route.algorithm](const core::Context& ctx) {
     s.copy_in();
-    plan->broadcast(ctx, s.flat(), root);
+    plan->broadcast(ctx, s.flat(), root, algorithm);
     s.copy_out();
   };
   return launch(c10d::OpType::BROADCAST, std::move(job), opts.asyncOp);
@@ -421,7 +423,7 @@ c10::intrusive_ptr<c10d::Work> FrontEnd::broadcast(std::vector<at::Tensor>& tens
 
 c10::intrusive_ptr<c10d::Work> FrontEnd::reduce(std::vector<at::Tensor>& tensors,
                                                const c10d::ReduceOptions& opts) {
-  ++sequence_;
+  const core::PartTimer timed = enter();
   const Reduction red = reduction_of(opts.reduceOp);
   const core::Route route = route_of(query(core::Collective::kReduce, where_of(tensors), red),
                                      tensors.empty() ? at::Tensor() : tensors[0]);
@@ -453,7 +455,7 @@ c10::intrusive_ptr<c10d::Work> FrontEnd::reduce(std::vector<at::Tensor>& tensors
 
 c10::intrusive_ptr<c10d::Work> FrontEnd::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                         const c10d::AllgatherOptions& opts) {
-  ++sequence_;
+  const core::PartTimer timed = enter();
   const core::Route route =
       route_of(query(core::Collective::kAllGather, where_of(output, input), Reduction()), input);
   if (route.runner == core::Runner::kFallback) return fallback()._allgather_base(output, input, opts);
@@ -464,7 +466,7 @@ c10::intrusive_ptr<c10d::Work> FrontEnd::_allgather_base(at::Tensor& output, at:
 c10::intrusive_ptr<c10d::Work> FrontEnd::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
-  ++sequence_;
+  const core::PartTimer timed = enter();
   const core::RouteQuery q = query(core::Collective::kAllGather, where_of(outputs, inputs), Reduction());
   const core::Route route = route_of(q, inputs.empty() ? at::Tensor() : inputs[0]);
   if (route.runner == core::Runner::kFallback) {
@@ -494,7 +496,7 @@ c10::intrusive_ptr<c10d::Work> FrontEnd::all_gather_tensors(std::vector<at::Tens
 c10::intrusive_ptr<c10d::Work> FrontEnd::allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                                   std::vector<at::Tensor>& inputs,
                                                   const c10d::AllgatherOptions& opts) {
-  ++sequence_;
+  const core::PartTimer timed = enter();
   const core::Route route =
       route_of(query(core::Collective::kAllGather, where_of(outputs, inputs), Reduction()),
                inputs.empty() ? at::Tensor() : inputs[0]);
@@ -507,7 +509,7 @@ c10::intrusive_ptr<c10d::Work> FrontEnd::allgather(std::vector<std::vector<at::T
 c10::intrusive_ptr<c10d::Work> FrontEnd::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
-  ++sequence_;
+  const core::PartTimer timed = enter();
   const core::RouteQuery q = query(core::Collective::kAllGather, where_of(outputs, inputs), Reduction());
   const core::Route route = route_of(q, inputs.empty() ? at::Tensor() : inputs[0]);
   if (route.runner == core::Runner::kFallback) return fallback().allgather_coalesced(outputs, inputs, opts);
@@ -537,18 +539,11 @@ c10::intrusive_ptr<c10d::Work> FrontEnd::all_gather_lists(
   }
   Job job;
   job.outputs = all_outputs;
-  job.body = [plan = plan_, ins = staged_each(inputs, Use::kIn), outs, world = getSize(),
+  job.body = [plan = plan_, ins = staged_each(inputs, Use::kIn), outs,
               algorithms = std::move(algorithms)](const core::Context& ctx) {
-    // The list form gathers into one buffer, then copies out.
     copy_in(ins);
     for (size_t i = 0; i < ins.size(); ++i) {
-      const at::Tensor& in = ins[i].flat();
-      const int64_t n = in.numel();
-      at::Tensor gathered = at::empty({n * world}, in.options());
-      plan->all_gather(ctx, in, gathered, algorithms[i]);
-      for (size_t r = 0; r < outs[i].size(); ++r) {
-        copy_bits(outs[i][r].flat(), gathered.narrow(0, int64_t(r) * n, n));
-      }
+      plan->all_gather_list(ctx, ins[i].flat(), flats_of(outs[i]), algorithms[i]);
       copy_out(outs[i]);
     }
   };
@@ -559,7 +554,7 @@ c10::intrusive_ptr<c10d::Work> FrontEnd::all_gather_lists(
 
 c10::intrusive_ptr<c10d::Work> FrontEnd::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                              const c10d::ReduceScatterOptions& opts) {
-  ++sequence_;
+  const core::PartTimer timed = enter();
   const Reduction red = reduction_of(opts.reduceOp);
   const core::Route route =
       route_of(query(core::Collective::kReduceScatter, where_of(output, input), red), input);
@@ -571,7 +566,7 @@ c10::intrusive_ptr<c10d::Work> FrontEnd::_reduce_scatter_base(at::Tensor& output
 c10::intrusive_ptr<c10d::Work> FrontEnd::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::ReduceScatterOptions& opts) {
-  ++sequence_;
+  const core::PartTimer timed = enter();
   const Reduction red = reduction_of(opts.reduceOp);
   const core::RouteQuery q = query(core::Collective::kReduceScatter, where_of(outputs, inputs), red);
   const core::Route route = route_of(q, inputs.empty() ? at::Tensor() : inputs[0]);
@@ -606,7 +601,7 @@ c10::intrusive_ptr<c10d::Work> FrontEnd::reduce_scatter_tensors(std::vector<at::
 c10::intrusive_ptr<c10d::Work> FrontEnd::reduce_scatter(std::vector<at::Tensor>& outputs,
                                                        std::vector<std::vector<at::Tensor>>& inputs,
                                                        const c10d::ReduceScatterOptions& opts) {
-  ++sequence_;
+  const core::PartTimer timed = enter();
   const Reduction red = reduction_of(opts.reduceOp);
   // The input is the list concatenated: world x the output.
   const core::Route route = route_of(query(core::Collective::kReduceScatter, where_of(outputs, inputs), red),
@@ -634,7 +629,7 @@ c10::intrusive_ptr<c10d::Work> FrontEnd::alltoall_base(at::Tensor& output, at::T
                                                       std::vector<int64_t>& output_split_sizes,
                                                       std::vector<int64_t>& input_split_sizes,
                                                       const c10d::AllToAllOptions& opts) {
-  ++sequence_;
+  const core::PartTimer timed = enter();
   if (runner_of(core::Collective::kAllToAll, where_of(output, input)) == core::Runner::kFallback) {
     return fallback().alltoall_base(output, input, output_split_sizes, input_split_sizes, opts);
   }
@@ -650,7 +645,7 @@ c10::intrusive_ptr<c10d::Work> FrontEnd::alltoall_base(at::Tensor& output, at::T
 c10::intrusive_ptr<c10d::Work> FrontEnd::alltoall(std::vector<at::Tensor>& outputs,
                                                  std::vector<at::Tensor>& inputs,
                                                  const c10d::AllToAllOptions& opts) {
-  ++sequence_;
+  const core::PartTimer timed = enter();
   if (runner_of(core::Collective::kAllToAll, where_of(outputs, inputs)) == core::Runner::kFallback) {
     return fallback().alltoall(outputs, inputs, opts);
   }
@@ -677,7 +672,7 @@ c10::intrusive_ptr<c10d::Work> FrontEnd::all_to_all(c10d::OpType type, std::vect
 }
 
 c10::intrusive_ptr<c10d::Work> FrontEnd::barrier(const c10d::BarrierOptions& opts) {
-  ++sequence_;
+  const core::PartTimer timed = enter();
   Job job;
   job.body = [plan = plan_](const core::Context& ctx) { plan->barrier(ctx); };
   return launch(c10d::OpType::BARRIER, std::move(job), opts.asyncOp);
@@ -688,10 +683,10 @@ c10::intrusive_ptr<c10d::Work> FrontEnd::barrier(const c10d::BarrierOptions& opt
 c10::intrusive_ptr<c10d::Work> FrontEnd::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                                std::vector<at::Tensor>& inputs,
                                                const c10d::GatherOptions& opts) {
-  ++sequence_;
-  if (runner_of(core::Collective::kGather, where_of(outputs, inputs)) == core::Runner::kFallback) {
-    return fallback().gather(outputs, inputs, opts);
-  }
+  const core::PartTimer timed = enter();
+  const core::Route route = route_of(query(core::Collective::kGather, where_of(outputs, inputs), Reduction()),
+                                     inputs.empty() ? at::Tensor() : inputs[0]);
+  if (route.runner == core::Runner::kFallback) return fallback().gather(outputs, inputs, opts);
   const at::Tensor& in = single_tensor(inputs, "tensor");
   check_tensor(in, "tensor");
   check_root(opts.rootRank, getSize(), "dst");
@@ -714,17 +709,10 @@ c10::intrusive_ptr<c10d::Work> FrontEnd::gather(std::vector<std::vector<at::Tens
   }
   Job job;
   job.outputs = list;
-  job.body = [plan = plan_, in = StagedTensor(in, Use::kIn), outs = staged_each(list, Use::kOut),
-              root, world = getSize()](const core::Context& ctx) {
-    // The list gathers into one buffer on the root, then copies out.
+  job.body = [plan = plan_, in = StagedTensor(in, Use::kIn), outs = staged_each(list, Use::kOut), root,
+              algorithm = route.algorithm](const core::Context& ctx) {
     in.copy_in();
-    const int64_t n = in.flat().numel();
-    const at::Tensor gathered =
-        outs.empty() ? at::Tensor() : at::empty({n * world}, in.flat().options());
-    plan->gather(ctx, in.flat(), gathered, root);
-    for (size_t r = 0; r < outs.size(); ++r) {
-      copy_bits(outs[r].flat(), gathered.narrow(0, int64_t(r) * n, n));
-    }
+    plan->gather(ctx, in.flat(), flats_of(outs), root, algorithm);
     copy_out(outs);
   };
   return launch(c10d::OpType::GATHER, std::move(job), opts.asyncOp);
@@ -733,10 +721,10 @@ c10::intrusive_ptr<c10d::Work> FrontEnd::gather(std::vector<std::vector<at::Tens
 c10::intrusive_ptr<c10d::Work> FrontEnd::scatter(std::vector<at::Tensor>& outputs,
                                                 std::vector<std::vector<at::Tensor>>& inputs,
                                                 const c10d::ScatterOptions& opts) {
-  ++sequence_;
-  if (runner_of(core::Collective::kScatter, where_of(outputs, inputs)) == core::Runner::kFallback) {
-    return fallback().scatter(outputs, inputs, opts);
-  }
+  const core::PartTimer timed = enter();
+  const core::Route route = route_of(query(core::Collective::kScatter, where_of(outputs, inputs), Reduction()),
+                                     outputs.empty() ? at::Tensor() : outputs[0]);
+  if (route.runner == core::Runner::kFallback) return fallback().scatter(outputs, inputs, opts);
   const at::Tensor& out = single_tensor(outputs, "tensor");
   check_tensor(out, "tensor");
   check_writable(out, "tensor");
@@ -755,13 +743,10 @@ c10::intrusive_ptr<c10d::Work> FrontEnd::scatter(std::vector<at::Tensor>& output
   }
   Job job;
   job.outputs = outputs;
-  job.body = [plan = plan_, out = StagedTensor(out, Use::kOut), list = staged_each(list, Use::kIn),
-              root](const core::Context& ctx) {
-    // The root's list scatters from one buffer, concatenated here on the
-    // worker, in call order (an earlier queued collective may write the list).
+  job.body = [plan = plan_, out = StagedTensor(out, Use::kOut), list = staged_each(list, Use::kIn), root,
+              algorithm = route.algorithm](const core::Context& ctx) {
     copy_in(list);
-    const at::Tensor packed = list.empty() ? at::Tensor() : at::cat(flats_of(list));
-    plan->scatter(ctx, packed, out.flat(), root);
+    plan->scatter(ctx, flats_of(list), out.flat(), root, algorithm);
     out.copy_out();
   };
   return launch(c10d::OpType::SCATTER, std::move(job), opts.asyncOp);
@@ -871,6 +856,7 @@ class P2PWork : public c10d::Work {
   std::exception_ptr exception() const override { return op_->error(); }
   // The engine's deadline (posted + the group's timeout) bounds the wait.
   bool wait(std::chrono::milliseconds /*timeout*/) override {
+    const core::PartTimer timed(core::CallPart::kCall, /*counts=*/false);
     comm_->p2p().wait(op_);
     if (std::exception_ptr e = completion_->copy_out()) std::rethrow_exception(e);
     return true;
@@ -895,6 +881,7 @@ class P2PWork : public c10d::Work {
 c10::intrusive_ptr<c10d::Work> FrontEnd::point_to_point(core::P2POp::Kind kind,
                                                        std::vector<at::Tensor>& tensors, int peer,
                                                        int tag) {
+  const core::PartTimer timed(core::CallPart::kCall);
   const bool sends = kind == core::P2POp::Kind::kSend;
   const at::Tensor& t = single_tensor(tensors, "tensor");
   // Bytes move as they are, so every dtype goes. A tensor that is not
@@ -957,7 +944,7 @@ c10::intrusive_ptr<c10d::Work> FrontEnd::recvAnysource(std::vector<at::Tensor>& 
 // ---------------------------------------------------------------- the fallback's
 
 void FrontEnd::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
-  ++sequence_;
+  const core::PartTimer timed = enter();
   fallback().monitoredBarrier(opts, wait_all_ranks);
 }
 

@@ -28,6 +28,7 @@
 #include <atomic>
 #include <memory>
 
+#include "../core/call_profile.h"
 #include "communicator.h"
 #include "plan.h"
 #include "staged_tensor.h"
@@ -198,6 +199,12 @@ class FrontEnd : public c10d::Backend {
   // send, recv and recvAnysource (peer kAnySource) on the engine.
   c10::intrusive_ptr<c10d::Work> point_to_point(core::P2POp::Kind kind, std::vector<at::Tensor>& tensors,
                                                 int peer, int tag);
+  // The start of every collective's entry: counts it (c10d's sequence number)
+  // and times the call while the profile is on (core/call_profile.h).
+  core::PartTimer enter() {
+    ++sequence_;
+    return core::PartTimer(core::CallPart::kCall);
+  }
   // Waits for pycomm's queued work, then returns the fallback backend: what
   // the caller hands it may depend on that work. (The other way round, as
   // with gloo alone, a caller waits for an isend/irecv before a collective

@@ -288,7 +288,8 @@ void HierarchicalPlan::reduce(const core::Context& ctx, const at::Tensor& t, cor
   if (root == layout_.rank) copy_bits(t, work);
 }
 
-void HierarchicalPlan::broadcast(const core::Context& ctx, const at::Tensor& t, int root) const {
+void HierarchicalPlan::broadcast(const core::Context& ctx, const at::Tensor& t, int root,
+                                 core::Algorithm) const {
   const int root_host = layout_.host_of[size_t(root)];
   core::BroadcastArgs b;
   b.dtype = dtype_of(t);

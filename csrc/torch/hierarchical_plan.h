@@ -65,7 +65,8 @@ class HierarchicalPlan : public Plan {
   // every host (fail_remote), so no rank goes on with the tensor.
   void all_reduce(const core::Context& ctx, const at::Tensor& t, core::ReduceOp op,
                   core::Algorithm algorithm, bool restore) const override;
-  void broadcast(const core::Context& ctx, const at::Tensor& t, int root) const override;
+  // (One form across hosts: `algorithm` is the table's root-host.)
+  void broadcast(const core::Context& ctx, const at::Tensor& t, int root, core::Algorithm algorithm) const override;
   void reduce(const core::Context& ctx, const at::Tensor& t, core::ReduceOp op, int root,
               core::Algorithm algorithm) const override;
   void all_gather(const core::Context& ctx, const at::Tensor& in, const at::Tensor& out,

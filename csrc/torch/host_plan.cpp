@@ -7,10 +7,13 @@
 
 namespace pycomm {
 
-HostPlan::HostPlan(int world, const core::CommConfig& config, const std::vector<int>& numa_nodes)
+HostPlan::HostPlan(int world, const core::CommConfig& config, const std::vector<int>& numa_nodes,
+                   bool single_copy)
     : world_(world),
       direct_max_bytes_(config.tuning.direct_max_bytes),
-      two_level_min_bytes_(config.tuning.two_level_min_bytes) {
+      two_level_min_bytes_(config.tuning.two_level_min_bytes),
+      single_copy_(single_copy),
+      single_copy_min_bytes_(config.tuning.single_copy_min_bytes) {
   TORCH_CHECK_VALUE(core::parse_two_level(config.tuning.two_level, &two_level_), "two_level: expected auto, "
                     "on or off, got '", config.tuning.two_level, "'");
   // Domains only where every rank is pinned to one node: an unpinned rank
@@ -41,6 +44,8 @@ core::RouteQuery HostPlan::route_query() const {
   q.smallest_domain = smallest_domain_;
   q.two_level = two_level_;
   q.two_level_min_bytes = two_level_min_bytes_;
+  q.single_copy = single_copy_;
+  q.single_copy_min_bytes = single_copy_min_bytes_;
   return q;
 }
 
@@ -72,8 +77,10 @@ void HostPlan::all_reduce(const core::Context& ctx, const at::Tensor& t, core::R
   core::all_reduce(ctx, a);
 }
 
-void HostPlan::broadcast(const core::Context& ctx, const at::Tensor& t, int root) const {
+void HostPlan::broadcast(const core::Context& ctx, const at::Tensor& t, int root,
+                         core::Algorithm algorithm) const {
   core::BroadcastArgs a;
+  a.algorithm = algorithm;
   a.dtype = dtype_of(t);
   a.data = t.data_ptr();
   a.count = size_t(t.numel());
@@ -105,6 +112,20 @@ void HostPlan::all_gather(const core::Context& ctx, const at::Tensor& in, const 
   core::all_gather(ctx, a);
 }
 
+void HostPlan::all_gather_list(const core::Context& ctx, const at::Tensor& in,
+                               const std::vector<at::Tensor>& outs, core::Algorithm algorithm) const {
+  if (algorithm == core::Algorithm::kRing) return Plan::all_gather_list(ctx, in, outs, algorithm);
+  std::vector<void*> where(outs.size());
+  for (size_t r = 0; r < outs.size(); ++r) where[r] = outs[r].data_ptr();
+  core::AllGatherArgs a;
+  a.algorithm = algorithm;
+  a.dtype = dtype_of(in);
+  a.input = in.data_ptr();
+  a.outputs = where.data();
+  a.count = size_t(in.numel());
+  core::all_gather(ctx, a);
+}
+
 void HostPlan::reduce_scatter(const core::Context& ctx, const at::Tensor& in, const at::Tensor& out,
                               core::ReduceOp op, core::Algorithm algorithm) const {
   core::ReduceScatterArgs a;
@@ -132,22 +153,28 @@ void HostPlan::all_to_all(const core::Context& ctx, const Blocks& send, const Bl
 
 void HostPlan::barrier(const core::Context& ctx) const { core::barrier(ctx); }
 
-void HostPlan::gather(const core::Context& ctx, const at::Tensor& in, const at::Tensor& out,
-                      int root) const {
+void HostPlan::gather(const core::Context& ctx, const at::Tensor& in, const std::vector<at::Tensor>& outs,
+                      int root, core::Algorithm algorithm) const {
+  std::vector<void*> where(outs.size());
+  for (size_t r = 0; r < outs.size(); ++r) where[r] = outs[r].data_ptr();
   core::GatherArgs a;
+  a.algorithm = algorithm;
   a.dtype = dtype_of(in);
   a.input = in.data_ptr();
-  a.output = out.defined() ? out.data_ptr() : nullptr;
+  a.outputs = where.empty() ? nullptr : where.data();
   a.count = size_t(in.numel());
   a.root = root;
   core::gather(ctx, a);
 }
 
-void HostPlan::scatter(const core::Context& ctx, const at::Tensor& in, const at::Tensor& out,
-                       int root) const {
+void HostPlan::scatter(const core::Context& ctx, const std::vector<at::Tensor>& ins, const at::Tensor& out,
+                       int root, core::Algorithm algorithm) const {
+  std::vector<const void*> where(ins.size());
+  for (size_t r = 0; r < ins.size(); ++r) where[r] = ins[r].data_ptr();
   core::ScatterArgs a;
+  a.algorithm = algorithm;
   a.dtype = dtype_of(out);
-  a.input = in.defined() ? in.data_ptr() : nullptr;
+  a.inputs = where.empty() ? nullptr : where.data();
   a.output = out.data_ptr();
   a.count = size_t(out.numel());
   a.root = root;

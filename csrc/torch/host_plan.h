@@ -13,24 +13,29 @@ class HostPlan : public Plan {
  public:
   // numa_nodes: each rank's NUMA node (Communicator::numa_nodes; -1: not
   // pinned to one). Ranks pinned to two nodes or more make domains.
-  HostPlan(int world, const core::CommConfig& config, const std::vector<int>& numa_nodes);
+  // single_copy: whether the ranks read each other's memory
+  // (Communicator::single_copy, agreed at set-up).
+  HostPlan(int world, const core::CommConfig& config, const std::vector<int>& numa_nodes, bool single_copy);
 
   core::RouteQuery route_query() const override;
   void all_reduce(const core::Context& ctx, const at::Tensor& t, core::ReduceOp op,
                   core::Algorithm algorithm, bool restore) const override;
-  void broadcast(const core::Context& ctx, const at::Tensor& t, int root) const override;
+  void broadcast(const core::Context& ctx, const at::Tensor& t, int root, core::Algorithm algorithm) const override;
   void reduce(const core::Context& ctx, const at::Tensor& t, core::ReduceOp op, int root,
               core::Algorithm algorithm) const override;
   void all_gather(const core::Context& ctx, const at::Tensor& in, const at::Tensor& out,
                   core::Algorithm algorithm) const override;
+  // Straight into each tensor, but for the ring (which writes one buffer).
+  void all_gather_list(const core::Context& ctx, const at::Tensor& in, const std::vector<at::Tensor>& outs,
+                       core::Algorithm algorithm) const override;
   void reduce_scatter(const core::Context& ctx, const at::Tensor& in, const at::Tensor& out,
                       core::ReduceOp op, core::Algorithm algorithm) const override;
   void all_to_all(const core::Context& ctx, const Blocks& send, const Blocks& recv) const override;
   void barrier(const core::Context& ctx) const override;
-  void gather(const core::Context& ctx, const at::Tensor& in, const at::Tensor& out,
-              int root) const override;
-  void scatter(const core::Context& ctx, const at::Tensor& in, const at::Tensor& out,
-               int root) const override;
+  void gather(const core::Context& ctx, const at::Tensor& in, const std::vector<at::Tensor>& outs, int root,
+              core::Algorithm algorithm) const override;
+  void scatter(const core::Context& ctx, const std::vector<at::Tensor>& ins, const at::Tensor& out, int root,
+               core::Algorithm algorithm) const override;
 
  private:
   int world_;
@@ -42,6 +47,8 @@ class HostPlan : public Plan {
   std::vector<int> domain_of_;
   int domains_ = 1;
   int smallest_domain_ = 0;  // its ranks
+  bool single_copy_;
+  size_t single_copy_min_bytes_;
 };
 
 }  // namespace pycomm

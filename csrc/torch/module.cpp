@@ -10,8 +10,10 @@
 
 #include <cstring>
 
+#include "../core/call_profile.h"
 #include "../core/errors.h"
 #include "../core/kernels/reduce_kernels.h"
+#include "../core/transport/cross_memory.h"
 #include "../core/transport/shm_segment.h"
 #include "../core/tuning.h"
 #include "../cuda/all_reduce_args.h"
@@ -57,7 +59,7 @@ void parse_names(const std::string& op, const std::string& algorithm, core::Redu
                     joined_names(core::kReduceOps, core::op_name));
   TORCH_CHECK_VALUE(to_core_algorithm(algorithm, a), "algorithm: unknown algorithm '", algorithm,
                     "'; expected one of ", joined_names(core::kAllReduceAlgorithms, core::algorithm_name),
-                    " (two_shot: CUDA tensors only, two_level: CPU tensors only)");
+                    " (two_shot: CUDA tensors only, two_level and single_copy: CPU tensors only)");
 }
 
 // The front-end behind a backend that make_backend or
@@ -203,12 +205,17 @@ PYBIND11_MODULE(_C, m) {
                     "Each rank's NUMA node as its CPU affinity has it (-1: not pinned to one node), "
                     "agreed at set-up; ranks pinned to different nodes run large all-reduces "
                     "two_level.")
+      .def_property_readonly("single_copy", &Communicator::single_copy,
+                             "Whether the group copies large messages once, straight out of a peer's memory "
+                             "(cross-memory attach), as every rank agreed at set-up.")
+      .def_property_readonly("single_copy_reason", &Communicator::single_copy_reason,
+                             "Why the group takes the single copy, or why not.")
       .def_property_readonly("config", [](const Communicator& c) { return config_dict(c.config()); });
 
   m.def("make_backend",
         [](std::shared_ptr<Communicator> comm, std::optional<c10::intrusive_ptr<c10d::Backend>> fallback) {
           const int rank = comm->rank(), world = comm->world();
-          auto plan = std::make_unique<HostPlan>(world, comm->config(), comm->numa_nodes());
+          auto plan = std::make_unique<HostPlan>(world, comm->config(), comm->numa_nodes(), comm->single_copy());
           return c10::intrusive_ptr<c10d::Backend>(c10::make_intrusive<FrontEnd>(
               rank, world, std::move(comm), std::move(plan),
               fallback ? std::move(*fallback) : c10::intrusive_ptr<c10d::Backend>()));
@@ -241,6 +248,11 @@ PYBIND11_MODULE(_C, m) {
         py::arg("async_op"), py::arg("algorithm"), py::arg("restore_on_failure") = py::none(),
         py::arg("python_future") = false,
         "pycomm.all_reduce through `backend`'s front-end (make_backend, make_hierarchical_backend).");
+  m.def("communicator_of",
+        [](const c10::intrusive_ptr<c10d::Backend>& backend) { return frontend_of(backend).communicator(); },
+        py::arg("backend"),
+        "The communicator under `backend` (make_backend's, or a pycomm group's: "
+        "group._get_backend(torch.device('cpu'))): its transport, single copy, placement.");
   m.def("barrier",
         [](const c10::intrusive_ptr<c10d::Backend>& backend) {
           FrontEnd& frontend = frontend_of(backend);
@@ -258,6 +270,19 @@ PYBIND11_MODULE(_C, m) {
         },
         py::arg("op"), py::arg("algorithm"),
         "ValueError unless pycomm.all_reduce takes `op` and `algorithm`.");
+  m.def("profile_set", &core::CallProfile::set, py::arg("on"),
+        "Turns the call profile on or off (pycomm.tools.profile); either way its sums start at zero.");
+  m.def("profile_take",
+        [] {
+          const core::CallProfileSums sums = core::CallProfile::take();
+          py::dict out;
+          for (int i = 0; i < core::kCallParts; ++i) {
+            out[core::call_part_name(core::CallPart(i))] = py::make_tuple(sums.ns[i], sums.count[i]);
+          }
+          return out;
+        },
+        "{part: (nanoseconds, times entered)} since the profile was set or last taken; the sums "
+        "start again at zero (core/call_profile.h names the parts).");
   m.def("trace_set", &JobTrace::set, py::arg("on"),
         "Turns the job trace on or off (pycomm.tools.trace); either way it starts empty.");
   m.def("trace_take",
@@ -289,6 +314,11 @@ PYBIND11_MODULE(_C, m) {
       "channel (made when a pair first talks).");
   m.def("memfd_unavailable_reason", &core::memfd_unavailable_reason,
         "Why this host cannot take the memfd transport, or '' when it can.");
+  m.def("single_copy_unavailable_reason", &core::single_copy_unavailable_reason,
+        "Why two processes of this user here cannot read each other's memory (cross-memory "
+        "attach), or '' when they can: a forked child reads this process, as a group's probe would.");
+  m.def("yama_ptrace_scope", &core::yama_ptrace_scope,
+        "Yama's ptrace_scope, or -1 where Yama is not there.");
   m.def("remove_stale_segments", &core::remove_stale_segments,
         "Unlinks pycomm segments whose creating process no longer runs.");
   m.def("shm_dir", &core::shm_dir);

@@ -20,6 +20,7 @@
 
 #include "../core/collectives/collectives.h"
 #include "../core/routing.h"
+#include "staged_tensor.h"
 
 namespace pycomm {
 
@@ -47,13 +48,18 @@ class Plan {
   virtual void all_reduce(const core::Context& ctx, const at::Tensor& t, core::ReduceOp op,
                           core::Algorithm algorithm, bool restore) const = 0;
   // `root` is a rank of the group.
-  virtual void broadcast(const core::Context& ctx, const at::Tensor& t, int root) const = 0;
+  virtual void broadcast(const core::Context& ctx, const at::Tensor& t, int root,
+                         core::Algorithm algorithm) const = 0;
   // The root's `t` ends as the reduction; the other ranks' `t` is not written.
   virtual void reduce(const core::Context& ctx, const at::Tensor& t, core::ReduceOp op, int root,
                       core::Algorithm algorithm) const = 0;
   // `out` holds world x `in`, in rank order; `in` is not written.
   virtual void all_gather(const core::Context& ctx, const at::Tensor& in, const at::Tensor& out,
                           core::Algorithm algorithm) const = 0;
+  // The list form: outs[r] receives rank r's `in`. By default gathered into
+  // one buffer, then copied out; a plan may write each straight.
+  virtual void all_gather_list(const core::Context& ctx, const at::Tensor& in, const std::vector<at::Tensor>& outs,
+                               core::Algorithm algorithm) const;
   // `in` holds world x `out`; `out` ends as the reduction of every rank's
   // chunk of this rank; `in` may be written (it is the front-end's own copy
   // when premul_sum scaled it, else the caller's, which no plan writes).
@@ -63,20 +69,29 @@ class Plan {
   virtual void all_to_all(const core::Context& ctx, const Blocks& send, const Blocks& recv) const = 0;
   virtual void barrier(const core::Context& ctx) const = 0;
   // One host's (the routing table sends them to the fallback across hosts,
-  // so only the host plan runs them). gather: the root's `out` ends as world x
-  // `in`, in rank order; `out` is undefined on the other ranks.
-  virtual void gather(const core::Context& ctx, const at::Tensor& in, const at::Tensor& out,
-                      int root) const;
-  // scatter: the root's `in` holds world x `out`; rank r's `out` ends as chunk
-  // r. `in` is undefined on the other ranks.
-  virtual void scatter(const core::Context& ctx, const at::Tensor& in, const at::Tensor& out,
-                       int root) const;
+  // so only the host plan runs them). gather: the root's outs[r] ends as rank
+  // r's `in`; `outs` is empty on the other ranks.
+  virtual void gather(const core::Context& ctx, const at::Tensor& in, const std::vector<at::Tensor>& outs,
+                      int root, core::Algorithm algorithm) const;
+  // scatter: rank r's `out` ends as the root's ins[r]; `ins` is empty on the
+  // other ranks.
+  virtual void scatter(const core::Context& ctx, const std::vector<at::Tensor>& ins, const at::Tensor& out,
+                       int root, core::Algorithm algorithm) const;
 };
 
-inline void Plan::gather(const core::Context&, const at::Tensor&, const at::Tensor&, int) const {
+inline void Plan::all_gather_list(const core::Context& ctx, const at::Tensor& in,
+                                  const std::vector<at::Tensor>& outs, core::Algorithm algorithm) const {
+  const int64_t n = in.numel();
+  const at::Tensor gathered = at::empty({n * int64_t(outs.size())}, in.options());
+  all_gather(ctx, in, gathered, algorithm);
+  for (size_t r = 0; r < outs.size(); ++r) copy_bits(outs[r], gathered.narrow(0, int64_t(r) * n, n));
+}
+inline void Plan::gather(const core::Context&, const at::Tensor&, const std::vector<at::Tensor>&, int,
+                         core::Algorithm) const {
   TORCH_CHECK(false, "gather: the routing table sent it to a plan that does not run it");
 }
-inline void Plan::scatter(const core::Context&, const at::Tensor&, const at::Tensor&, int) const {
+inline void Plan::scatter(const core::Context&, const std::vector<at::Tensor>&, const at::Tensor&, int,
+                          core::Algorithm) const {
   TORCH_CHECK(false, "scatter: the routing table sent it to a plan that does not run it");
 }
 

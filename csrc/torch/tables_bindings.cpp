@@ -78,7 +78,8 @@ py::tuple route_of(const std::string& collective, bool cuda, bool sparse, bool n
                 const py::object& direct_max_bytes, const py::object& leader_max_bytes,
                 const std::string& dtype, const std::string& op, bool contiguous, int domains,
                 int smallest_domain, const std::string& two_level,
-                const py::object& two_level_min_bytes) {
+                const py::object& two_level_min_bytes, bool single_copy,
+                const py::object& single_copy_min_bytes) {
   RouteQuery q;
   q.collective = Collective(index_of(collective, kCollectives,
                                       [](int i) { return collective_name(Collective(i)); },
@@ -104,6 +105,8 @@ py::tuple route_of(const std::string& collective, bool cuda, bool sparse, bool n
   q.direct_max_bytes = size_of("direct_max_bytes", direct_max_bytes);
   q.leader_max_bytes = size_of("leader_max_bytes", leader_max_bytes);
   q.two_level_min_bytes = size_of("two_level_min_bytes", two_level_min_bytes);
+  q.single_copy = single_copy;
+  q.single_copy_min_bytes = size_of("single_copy_min_bytes", single_copy_min_bytes);
   q.domains = domains;
   q.smallest_domain = smallest_domain;
   if (!core::parse_two_level(two_level, &q.two_level)) {
@@ -177,11 +180,12 @@ void bind_tables(py::module_& m) {
         py::arg("leader_max_bytes") = 0, py::arg("dtype") = "float32",
         py::arg("op") = "sum", py::arg("contiguous") = true, py::arg("domains") = 1,
         py::arg("smallest_domain") = 0, py::arg("two_level") = "auto",
-        py::arg("two_level_min_bytes") = 0,
+        py::arg("two_level_min_bytes") = 0, py::arg("single_copy") = false,
+        py::arg("single_copy_min_bytes") = 0,
         "route(collective, *, cuda, sparse, native_op, hosts, uniform, local_size, count, "
         "bytes, direct_max_bytes, leader_max_bytes, dtype, op, contiguous, domains, "
-        "smallest_domain, two_level, two_level_min_bytes) -> (plan, "
-        "algorithm): the backend's routing rule (csrc/core/routing.h).");
+        "smallest_domain, two_level, two_level_min_bytes, single_copy, single_copy_min_bytes) "
+        "-> (plan, algorithm): the backend's routing rule (csrc/core/routing.h).");
 }
 
 }  // namespace pycomm

@@ -90,6 +90,7 @@ def environment() -> Dict[str, Any]:
                         "transport need it (set PYCOMM_SHM_DIR to a tmpfs)")
     info["shm"] = shm
     info["transport"] = _try(_transport, default={"error": "pycomm's runtime is not importable"})
+    info["single_copy"] = _try(_single_copy, default={"error": "pycomm's runtime is not importable"})
     taken = info["transport"].get("takes")
     if taken == "posix" and "error" in shm:
         warnings.append("pycomm takes the posix transport here and it has no usable directory")
@@ -201,6 +202,38 @@ def _transport_lines(t: Dict[str, Any]) -> List[str]:
     return lines
 
 
+def _single_copy() -> Dict[str, Any]:
+    """Whether a group started here copies large messages once, straight out of a peer's
+    memory (cross-memory attach), and why: the setting, Yama, and a probe between this
+    process and a child of it, as a group's own probe reads its peers."""
+    from pycomm import _C, config
+
+    return {"setting": config.setting("single_copy"),
+            "min_bytes": config.setting("single_copy_min_bytes"),
+            "yama_ptrace_scope": _C.yama_ptrace_scope(),
+            "unavailable": _C.single_copy_unavailable_reason()}
+
+
+def _single_copy_lines(c: Dict[str, Any]) -> List[str]:
+    if "error" in c:
+        return [f"single copy  {c['error']}"]
+    setting, scope, why_not = c["setting"], c["yama_ptrace_scope"], c["unavailable"]
+    if setting == "off":
+        return ["single copy  off (PYCOMM_SINGLE_COPY=off): every message goes through the "
+                "shared-memory staging, copied in and out"]
+    if why_not:
+        verdict = ("set-up fails: PYCOMM_SINGLE_COPY=cma requires it" if setting == "cma"
+                   else "groups stage every message, copied in and out")
+        return [f"single copy  unavailable here ({why_not}): {verdict}"]
+    lines = [f"single copy  {setting}: messages of {human_bytes(c['min_bytes'])} a rank and more are "
+             "copied once, straight out of the peer's memory (cross-memory attach; "
+             "PYCOMM_SINGLE_COPY, PYCOMM_SINGLE_COPY_MIN_KB)"]
+    if scope == 1:
+        lines.append("             Yama ptrace_scope 1: only groups of 2 ranks (each names its one peer "
+                     "as its reader); larger groups stage")
+    return lines
+
+
 def _host_layout() -> Dict[str, Any]:
     """This process's host identity, and the layout torchrun's variables promise with what the
     backend would run on it (a job's real layout comes from every rank's identity, at set-up)."""
@@ -261,6 +294,7 @@ def format_environment(info: Dict[str, Any]) -> str:
         lines.append(f"shm          {shm['dir']}: {human_bytes(shm['free_bytes'])} free of "
                      f"{human_bytes(shm['total_bytes'])}")
     lines.extend(_transport_lines(info.get("transport") or {"error": "not asked"}))
+    lines.extend(_single_copy_lines(info.get("single_copy") or {"error": "not asked"}))
     cpus = info["cpus"]
     lines.append(f"CPUs         {cpus['usable']} usable ({cpus['online']} online)")
     numa = info.get("numa") or {}

@@ -1,6 +1,7 @@
 // All-reduce: one-shot through the slots for small messages, the pipelined
-// ring (both halves in one pass) for large ones, and where the ranks span
-// NUMA domains the two-level form (two_level.h).
+// ring (both halves in one pass) for large ones, where the ranks span NUMA
+// domains the two-level form (two_level.h), and where they read each other's
+// memory the single-copy form (single_copy.h).
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -10,6 +11,7 @@
 #include "../kernels/reduce_kernels.h"
 #include "collectives.h"
 #include "ring.h"
+#include "single_copy.h"
 #include "two_level.h"
 
 namespace pycomm::core {
@@ -64,6 +66,34 @@ void two_shot_in_place(const Context& ctx, const AllReduceArgs& a, const Fingerp
   ctx.session.handshake(fp);
 }
 
+// Single copy: each rank reduces its chunk (ring_schedule.h's) straight out
+// of every peer's tensor into its own, in rank order; once the middle
+// handshake has passed, every chunk is final and nobody reads an input any
+// more, and each rank reads every peer's chunk straight into its own tensor.
+// Every value is computed once, by the chunk's owner: bitwise equal everywhere.
+void single_copy(const Context& ctx, const AllReduceArgs& a, const Fingerprint& fp, int divisor) {
+  const int world = ctx.session.world(), rank = ctx.session.rank();
+  const size_t esize = dtype_size(a.dtype);
+  char* data = static_cast<char*>(a.data);
+  *announce(ctx, 1) = Announced{reinterpret_cast<uint64_t>(a.data), a.count * esize};
+  ctx.session.handshake(fp);
+  thread_local std::vector<uint64_t> theirs;
+  theirs.resize(size_t(world));
+  for (int r = 0; r < world; ++r) theirs[size_t(r)] = r == rank ? 0 : announced_at(ctx, r, 0, a.count * esize);
+  const Range mine = chunk_range(a.count, world, rank);
+  ctx.backup.save(mine.begin * esize, mine.size() * esize);
+  reduce_from_peers(ctx, a.dtype, a.op, divisor, data + mine.begin * esize, data, theirs.data(), mine.begin,
+                    mine.size());
+  ctx.session.handshake(fp);
+  for (int s = 1; s < world; ++s) {
+    const int peer = (rank + s) % world;
+    const Range c = chunk_range(a.count, world, peer);
+    ctx.backup.save(c.begin * esize, c.size() * esize);
+    read(ctx, peer, data + c.begin * esize, theirs[size_t(peer)] + c.begin * esize, c.size() * esize);
+  }
+  release(ctx, fp);
+}
+
 }  // namespace
 
 void all_reduce(const Context& ctx, const AllReduceArgs& a) {
@@ -77,10 +107,12 @@ void all_reduce(const Context& ctx, const AllReduceArgs& a) {
     two_shot_in_place(ctx, a, fp, divisor);
     return;
   }
-  check_host_algorithm("all_reduce", a.algorithm, /*two_level=*/true);
+  check_host_algorithm("all_reduce", a.algorithm, ctx, /*two_level=*/true);
   ctx.backup.begin(a.data, a.count * dtype_size(a.dtype), a.restore);
   try {
-    if (algo == Algorithm::kTwoLevel && world > 1 && a.count > 0) {
+    if (algo == Algorithm::kSingleCopy && world > 1 && a.count > 0) {
+      single_copy(ctx, a, fp, divisor);
+    } else if (algo == Algorithm::kTwoLevel && world > 1 && a.count > 0) {
       two_level_all_reduce(ctx, a, fp, divisor);
     } else if (algo == Algorithm::kRing && world > 1 && a.count > 0) {
       ctx.session.handshake(fp);
@@ -98,7 +130,7 @@ void all_reduce(const Context& ctx, const AllReduceArgs& a) {
       // mismatched calls are caught even then.
       direct(ctx, a, fp, divisor);
     }
-  } catch (const CommTimeout&) {
+  } catch (const CommError&) {
     ctx.backup.restore();
     throw;
   }

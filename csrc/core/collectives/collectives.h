@@ -21,6 +21,7 @@
 #include "../dtypes.h"
 #include "../errors.h"
 #include "../kernels/thread_team.h"
+#include "../transport/cross_memory.h"
 #include "../transport/session.h"
 #include "../transport/shm_data_path.h"
 #include "input_backup.h"
@@ -47,6 +48,11 @@ struct CollectiveTuning {
   // above this many bytes (and above direct_max_bytes).
   std::string two_level = "auto";
   size_t two_level_min_bytes = 256 * 1024;
+  // Cross-memory attach (transport/cross_memory.h): "auto", "cma" or "off",
+  // and the routing table's threshold for the single-copy collectives (and the
+  // least a point-to-point message or an all-to-all block goes by it).
+  std::string single_copy = "auto";
+  size_t single_copy_min_bytes = 64 * 1024;
 };
 
 // What a collective runs on. One per communicator; one collective at a time.
@@ -56,19 +62,36 @@ struct Context {
   InputBackup& backup;
   const CollectiveTuning& tuning;
   ThreadTeam& team;  // copies and reduces the large pieces
+  const CrossMemory& cma;  // the single-copy collectives' reads (enabled() once agreed)
 };
 
-// all_reduce, all_gather and reduce_scatter run kDirect or kRing, all_reduce
-// kTwoLevel too (`two_level`); anything else (kAuto included: the routing
-// table resolves it) is InvalidArgument.
-inline void check_host_algorithm(const char* what, Algorithm a, bool two_level = false) {
+// all_reduce, all_gather and reduce_scatter run kDirect, kRing or
+// kSingleCopy, all_reduce kTwoLevel too (`two_level`); anything else (kAuto
+// included: the routing table resolves it) is InvalidArgument, and so is
+// kSingleCopy where the group cannot read its peers' memory.
+inline void check_single_copy(const char* what, const Context& ctx) {
+  if (!ctx.cma.enabled()) {
+    throw InvalidArgument(std::string("algorithm: ") + what + " runs single_copy only where the group's ranks "
+                          "read each other's memory, and this group does not: " + ctx.cma.reason());
+  }
+}
+inline void check_host_algorithm(const char* what, Algorithm a, const Context& ctx, bool two_level = false) {
+  if (a == Algorithm::kSingleCopy) return check_single_copy(what, ctx);
   if (a == Algorithm::kDirect || a == Algorithm::kRing || (two_level && a == Algorithm::kTwoLevel)) return;
   if (a == Algorithm::kAuto) {
     throw InvalidArgument(std::string(what) + ": algorithm auto reached the core; the routing table "
                           "(routing.h) resolves it");
   }
-  throw InvalidArgument(std::string("algorithm: ") + what + " runs auto, direct" +
-                        (two_level ? ", ring or two_level" : " or ring") + " on CPU tensors");
+  throw InvalidArgument(std::string("algorithm: ") + what + " runs auto, direct, ring" +
+                        (two_level ? ", two_level" : "") + " or single_copy on CPU tensors");
+}
+// broadcast, gather and scatter: kDirect (through the slots) or kSingleCopy.
+inline void check_staged_or_single_copy(const char* what, Algorithm a, const Context& ctx) {
+  if (a == Algorithm::kSingleCopy) return check_single_copy(what, ctx);
+  if (a != Algorithm::kDirect) {
+    throw InvalidArgument(std::string("algorithm: ") + what + " runs direct or single_copy, not " +
+                          algorithm_name(a));
+  }
 }
 
 struct AllReduceArgs {
@@ -99,6 +122,7 @@ struct BroadcastArgs {
   size_t count = 0;
   DType dtype = DType::kFloat32;
   int root = 0;
+  Algorithm algorithm = Algorithm::kDirect;  // or kSingleCopy
   bool restore = true;
 };
 void broadcast(const Context& ctx, const BroadcastArgs& args);
@@ -117,6 +141,9 @@ void reduce(const Context& ctx, const ReduceArgs& args);
 struct AllGatherArgs {
   const void* input = nullptr;  // count elements
   void* output = nullptr;       // world * count elements, rank r's at r * count
+  // Or, where rank r's count elements go, rank by rank (all_gather's list
+  // form; kDirect and kSingleCopy only): then `output` is unused.
+  void* const* outputs = nullptr;
   size_t count = 0;
   DType dtype = DType::kFloat32;
   Algorithm algorithm = Algorithm::kAuto;  // direct or ring
@@ -151,18 +178,22 @@ void all_to_all(const Context& ctx, const AllToAllArgs& args);
 struct GatherArgs {
   const void* input = nullptr;  // count elements
   void* output = nullptr;       // the root's: world * count elements, rank r's at r * count
+  void* const* outputs = nullptr;  // or, the root's: where rank r's count elements go
   size_t count = 0;
   DType dtype = DType::kFloat32;
   int root = 0;
+  Algorithm algorithm = Algorithm::kDirect;  // or kSingleCopy
 };
 void gather(const Context& ctx, const GatherArgs& args);
 
 struct ScatterArgs {
   const void* input = nullptr;  // the root's: world * count elements, rank r's at r * count
+  const void* const* inputs = nullptr;  // or, the root's: where rank r's count elements lie
   void* output = nullptr;       // count elements
   size_t count = 0;
   DType dtype = DType::kFloat32;
   int root = 0;
+  Algorithm algorithm = Algorithm::kDirect;  // or kSingleCopy
 };
 void scatter(const Context& ctx, const ScatterArgs& args);
 

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <new>
 
+#include "../call_profile.h"
 #include "../kernels/reduce_kernels.h"
 
 namespace pycomm::core {
@@ -27,6 +28,7 @@ void InputBackup::begin(void* data, size_t bytes, bool enabled) {
 
 void InputBackup::save(size_t offset, size_t len) {
   if (!enabled_ || len == 0) return;
+  PartTimer timer(CallPart::kBackup);
   if (streaming_) {
     copy_streaming(buffer_.get() + offset, data_ + offset, len);
   } else {
@@ -37,6 +39,7 @@ void InputBackup::save(size_t offset, size_t len) {
 
 void InputBackup::restore() {
   if (!enabled_) return;
+  PartTimer timer(CallPart::kBackup);
   for (const Range& r : saved_) std::memcpy(data_ + r.begin, buffer_.get() + r.begin, r.size());
   saved_.clear();
 }

@@ -33,7 +33,7 @@ void reduce(const Context& ctx, const ReduceArgs& a) {
       }
       done += n;
     } while (done < a.count);
-  } catch (const CommTimeout&) {
+  } catch (const CommError&) {
     ctx.backup.restore();
     throw;
   }

@@ -1,8 +1,10 @@
 // Reduce-scatter: rank r ends with chunk r of the input reduced over all ranks.
 // One shot through the slots for small messages (each rank posts a piece of
 // every chunk; each reduces its own chunk's piece from every slot, in rank
-// order); the reduce-scatter half of the ring for large ones. Out of place: the
-// input is never written.
+// order); the reduce-scatter half of the ring for large ones; or, where the
+// ranks read each other's memory, each rank reduces its chunk straight out of
+// every peer's input (single_copy.h), in rank order. Out of place: the input
+// is never written.
 #include <algorithm>
 #include <vector>
 
@@ -10,6 +12,7 @@
 #include "../kernels/reduce_kernels.h"
 #include "collectives.h"
 #include "ring.h"
+#include "single_copy.h"
 
 namespace pycomm::core {
 
@@ -19,12 +22,23 @@ void reduce_scatter(const Context& ctx, const ReduceScatterArgs& a) {
   const int rank = ctx.session.rank();
   const int divisor = a.divisor > 0 ? a.divisor : world;
   const size_t esize = dtype_size(a.dtype);
-  check_host_algorithm("reduce_scatter", a.algorithm);
+  check_host_algorithm("reduce_scatter", a.algorithm, ctx);
   const Algorithm algo = a.algorithm;
   const Fingerprint fp =
       fingerprint_of(CollectiveKind::kReduceScatter, a.count, a.dtype, algo, &a.op, divisor);
   const char* in = static_cast<const char*>(a.input);
   char* out = static_cast<char*>(a.output);
+  if (algo == Algorithm::kSingleCopy && world > 1 && a.count > 0) {
+    const size_t bytes = a.count * size_t(world) * esize;
+    *announce(ctx, 1) = Announced{reinterpret_cast<uint64_t>(in), bytes};
+    ctx.session.handshake(fp);
+    thread_local std::vector<uint64_t> theirs;
+    theirs.resize(size_t(world));
+    for (int r = 0; r < world; ++r) theirs[size_t(r)] = r == rank ? 0 : announced_at(ctx, r, 0, bytes);
+    reduce_from_peers(ctx, a.dtype, a.op, divisor, out, in, theirs.data(), size_t(rank) * a.count, a.count);
+    release(ctx, fp);
+    return;
+  }
   if (algo == Algorithm::kRing && world > 1 && a.count > 0) {
     ctx.session.handshake(fp);
     RingJob job;

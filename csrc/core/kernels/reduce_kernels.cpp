@@ -117,6 +117,8 @@ struct Kernels {
       if constexpr (kAvg && !kWidened<T>) finish_avg(out, n, divisor);
       return;
     }
+    bool aliased = false;
+    for (int s = 0; s < nsrc; ++s) aliased = aliased || srcs[s] == out;
     for (size_t base = 0; base < n; base += kBlock) {
       const size_t m = n - base < kBlock ? n - base : kBlock;
       if constexpr (kWidened<T>) {
@@ -129,6 +131,14 @@ struct Kernels {
         }
         if constexpr (kAvg) finish_avg(acc, m, divisor);
         narrow(acc, out + base, m);
+      } else if (aliased) {
+        // `out` is one of the sources: every source's block is read into the
+        // accumulator before the block is written back.
+        alignas(64) T acc[kBlock];
+        combine3<Op>(acc, srcs[0] + base, srcs[1] + base, m);
+        for (int s = 2; s < nsrc; ++s) combine<Op>(acc, srcs[s] + base, m);
+        if constexpr (kAvg) finish_avg(acc, m, divisor);
+        std::memcpy(out + base, acc, m * sizeof(T));
       } else {
         T* o = out + base;
         combine3<Op>(o, srcs[0] + base, srcs[1] + base, m);

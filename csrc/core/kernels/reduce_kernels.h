@@ -14,7 +14,9 @@
 namespace pycomm::core {
 
 // out[i] = finish(srcs[0][i] (op) srcs[1][i] (op) ... srcs[nsrc-1][i]), combined
-// left to right. `divisor` is used by kAvg only. `out` must not alias `srcs`.
+// left to right. `divisor` is used by kAvg only. `out` may be one of the
+// sources (the same pointer: a single-copy reduction into a rank's own
+// tensor), but must not overlap one otherwise.
 void reduce_sources(DType dtype, ReduceOp op, void* out, const void* const* srcs, int nsrc,
                     size_t n, int divisor);
 

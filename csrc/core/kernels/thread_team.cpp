@@ -7,6 +7,7 @@
 #include <cstring>
 #include <system_error>
 
+#include "../call_profile.h"
 #include "../thread_name.h"
 #include "../transport/wait_primitives.h"
 #include "reduce_kernels.h"
@@ -162,6 +163,7 @@ void ThreadTeam::helper_loop(int index, uint32_t seen) {
 // ----------------------------------------------------------------- the kernels
 
 void team_copy(ThreadTeam& team, void* dst, const void* src, size_t bytes) {
+  PartTimer timer(CallPart::kCopy);
   team.split(bytes, 1, [&](size_t first, size_t count) {
     std::memcpy(static_cast<char*>(dst) + first, static_cast<const char*>(src) + first, count);
   });
@@ -169,6 +171,7 @@ void team_copy(ThreadTeam& team, void* dst, const void* src, size_t bytes) {
 
 void team_reduce_sources(ThreadTeam& team, DType dtype, ReduceOp op, void* out, const void* const* srcs,
                          int nsrc, size_t n, int divisor) {
+  PartTimer timer(CallPart::kReduce);
   const size_t esize = dtype_size(dtype);
   team.split(n, esize, [&](size_t first, size_t count) {
     if (first == 0) {
@@ -183,6 +186,7 @@ void team_reduce_sources(ThreadTeam& team, DType dtype, ReduceOp op, void* out, 
 }
 
 void team_ring_first(ThreadTeam& team, DType dtype, const void* local, void* acc_out, size_t n) {
+  PartTimer timer(CallPart::kCopy);  // a copy, widened for half types
   const size_t esize = dtype_size(dtype), asize = accum_size(dtype);
   team.split(n, esize, [&](size_t first, size_t count) {
     ring_first(dtype, static_cast<const char*>(local) + first * esize,
@@ -192,6 +196,7 @@ void team_ring_first(ThreadTeam& team, DType dtype, const void* local, void* acc
 
 void team_ring_middle(ThreadTeam& team, DType dtype, ReduceOp op, const void* partial, const void* local,
                       void* acc_out, size_t n) {
+  PartTimer timer(CallPart::kReduce);
   const size_t esize = dtype_size(dtype), asize = accum_size(dtype);
   team.split(n, esize, [&](size_t first, size_t count) {
     ring_middle(dtype, op, static_cast<const char*>(partial) + first * asize,
@@ -202,6 +207,7 @@ void team_ring_middle(ThreadTeam& team, DType dtype, ReduceOp op, const void* pa
 
 void team_ring_last(ThreadTeam& team, DType dtype, ReduceOp op, const void* partial, const void* local,
                     void* out, void* out2, size_t n, int divisor) {
+  PartTimer timer(CallPart::kReduce);
   const size_t esize = dtype_size(dtype), asize = accum_size(dtype);
   team.split(n, esize, [&](size_t first, size_t count) {
     ring_last(dtype, op, static_cast<const char*>(partial) + first * asize,

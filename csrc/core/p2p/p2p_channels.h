@@ -55,6 +55,10 @@ struct FrameHeader {
   int64_t tag;
   uint32_t bytes;        // payload in this frame
   uint32_t type;         // the glue's element type, compared with the receive's
+  // A message sent straight (cross-memory attach): where its total_bytes lie
+  // in the sender's memory, for the receiver to read until it judges the
+  // message (its only frame carries no payload). 0: the payload is in frames.
+  uint64_t address;
 };
 
 class P2PChannels {

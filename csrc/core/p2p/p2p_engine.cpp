@@ -31,11 +31,14 @@ std::string rank_text(int r) { return "rank " + std::to_string(r); }
 
 }  // namespace
 
-P2PEngine::P2PEngine(P2PChannels& channels, TypeName type_name, ThreadTeam* team)
+P2PEngine::P2PEngine(P2PChannels& channels, TypeName type_name, ThreadTeam* team, const CrossMemory* cma,
+                     size_t straight_min_bytes)
     : ch_(channels),
       session_(channels.session()),
       type_name_(std::move(type_name)),
       team_(team),
+      cma_(cma),
+      straight_min_bytes_(std::max<size_t>(1, straight_min_bytes)),
       rank_(channels.rank()),
       world_(channels.world()) {
   sends_.resize(size_t(world_));
@@ -100,8 +103,10 @@ void P2PEngine::post(const P2PHandle& op) {
     // receiver gives it; this rank only reads it), is waited for at once:
     // waking a thread for it would cost more than the message (and, on a
     // small host, a core). help() hands them over when nobody will wait.
+    // A straight message is one frame: its send is streamed at once and awaits
+    // only its verdict, and its receive is one copy by whoever drives next.
     const bool queued = op->kind == P2POp::Kind::kSend && !op->streamed_;
-    if (queued || op->bytes > ch_.frame_bytes()) help_locked(op);
+    if (queued || (op->bytes > ch_.frame_bytes() && !straight(*op))) help_locked(op);
   }
   complete(done);
 }
@@ -250,13 +255,65 @@ void P2PEngine::copy(void* dst, const void* src, size_t bytes) {
   else std::memcpy(dst, src, bytes);
 }
 
+bool P2PEngine::straight(const P2POp& op) const {
+  return cma_ && cma_->enabled() && op.bytes >= straight_min_bytes_;
+}
+
+bool P2PEngine::read_straight_locked(int peer, void* dst, uint64_t address, size_t bytes, Done& done) {
+  try {
+    if (team_) {
+      team_->split(bytes, 1, [&](size_t first, size_t count) {
+        cma_->read(peer, static_cast<char*>(dst) + first, address + first, count);
+      });
+    } else {
+      cma_->read(peer, dst, address, bytes);
+    }
+    return true;
+  } catch (const CommError&) {
+    // The read aborted the session with its reason (a dead sender, a range
+    // not mapped): every pending operation fails with it.
+    fail_all_locked("", done);
+    return false;
+  }
+}
+
+bool P2PEngine::frame_ok_locked(int peer, const FrameHeader& h, Done& done) {
+  const Incoming& in = incoming_[size_t(peer)];
+  const bool starts = !in.active;
+  const uint64_t total = starts ? h.total_bytes : in.total;
+  const uint64_t at = starts ? 0 : in.got;
+  const bool ok = h.address ? (starts && h.bytes == 0 && h.offset == 0 && cma_ && cma_->enabled())
+                            : (h.bytes <= ch_.frame_bytes() && h.offset == at && h.bytes <= total - at &&
+                               h.total_bytes == total && (h.bytes > 0 || total == 0));
+  if (ok) return true;
+  std::ostringstream os;
+  os << "rank " << rank_ << ": rank " << peer << " wrote a point-to-point frame that does not fit its message ("
+     << h.bytes << " bytes at offset " << h.offset << " of " << h.total_bytes << ", expected offset " << at
+     << " of " << total << (h.address ? ", sent straight" : "") << "): the channel is corrupt";
+  session_.abort(os.str());
+  fail_all_locked("", done);
+  return false;
+}
+
 bool P2PEngine::push_sends_locked(int peer, Done& done) {
   auto& queue = sends_[size_t(peer)];
   bool moved = false;
   while (!queue.empty() && ch_.can_send(peer)) {
     P2POp& op = *queue.front();
+    if (op.moved_ == 0 && straight(op)) {
+      // One frame that says where the message lies; the receiver copies it.
+      ch_.send_header(peer) = FrameHeader{op.message_, op.bytes, 0, op.tag, 0, op.type,
+                                          reinterpret_cast<uint64_t>(op.data)};
+      ch_.commit(peer);
+      op.moved_ = op.bytes;
+      moved = true;
+      op.streamed_ = true;
+      unjudged_[size_t(peer)].push_back(std::move(queue.front()));
+      queue.pop_front();
+      continue;
+    }
     const size_t n = std::min(op.bytes - op.moved_, ch_.frame_bytes());
-    ch_.send_header(peer) = FrameHeader{op.message_, op.bytes, op.moved_, op.tag, uint32_t(n), op.type};
+    ch_.send_header(peer) = FrameHeader{op.message_, op.bytes, op.moved_, op.tag, uint32_t(n), op.type, 0};
     if (n) copy(ch_.send_payload(peer), op.data + op.moved_, n);
     ch_.commit(peer);
     op.moved_ += n;
@@ -294,8 +351,17 @@ bool P2PEngine::pull_frames_locked(int peer, Done& done) {
   Incoming& in = incoming_[size_t(peer)];
   while (ch_.can_recv(peer)) {
     const FrameHeader h = ch_.recv_header(peer);
+    if (!frame_ok_locked(peer, h, done)) return true;
     if (!in.active && !begin_message_locked(peer, h, done)) break;
-    if (h.bytes) {
+    if (h.address) {
+      // Straight: the whole message, out of the sender's memory. Judged (and
+      // so released to its sender) only once this copy is done.
+      void* into = in.recv ? static_cast<void*>(in.recv->data)
+                           : in.unexpected ? static_cast<void*>(in.unexpected->data.get()) : nullptr;
+      if (into && h.total_bytes && !read_straight_locked(peer, into, h.address, h.total_bytes, done)) return true;
+      if (in.unexpected) in.unexpected->got = h.total_bytes;
+      in.got = h.total_bytes;
+    } else if (h.bytes) {
       const char* src = ch_.recv_payload(peer);
       if (in.recv) {
         copy(in.recv->data + h.offset, src, h.bytes);
@@ -304,7 +370,7 @@ bool P2PEngine::pull_frames_locked(int peer, Done& done) {
         in.unexpected->got += h.bytes;
       }
     }
-    in.got += h.bytes;
+    if (!h.address) in.got += h.bytes;
     ch_.consume(peer);
     moved = true;
     if (in.got == in.total) {
@@ -329,7 +395,9 @@ bool P2PEngine::begin_message_locked(int peer, const FrameHeader& h, Done& done)
   auto match = std::find_if(recvs_.begin(), recvs_.end(), [&](const P2PHandle& r) {
     return (r->peer == peer || r->peer == P2POp::kAnySource) && r->tag == h.tag;
   });
-  if (match == recvs_.end() && h.total_bytes > ch_.frame_bytes()) {
+  // A straight message waits for its receive too: taken into a buffer, it
+  // would be copied twice.
+  if (match == recvs_.end() && (h.total_bytes > ch_.frame_bytes() || h.address)) {
     const uint64_t now = monotonic_ns();
     uint64_t& since = held_since_[size_t(peer)];
     if (since == 0) since = now;

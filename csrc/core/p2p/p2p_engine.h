@@ -26,6 +26,12 @@
 // the earliest unexpected message that fits, so messages between two ranks
 // with the same tag arrive in the order they were sent.
 //
+// A message of at least straight_min_bytes, where the group reads its peers'
+// memory (transport/cross_memory.h), goes straight: its one frame says where
+// it lies in the sender's memory, and the receiver copies it from there into
+// the receive it matches, once; the send completes when the receiver has
+// judged it, which for such a message is after the copy.
+//
 // A send completes once its bytes are in shared memory and the receiver has
 // judged its message: matched it to a receive, or, with none posted yet, taken
 // it into a buffer while it drives its other operations (so two ranks that
@@ -56,6 +62,7 @@
 #include <vector>
 
 #include "../kernels/thread_team.h"
+#include "../transport/cross_memory.h"
 #include "p2p_channels.h"
 
 namespace pycomm::core {
@@ -104,7 +111,10 @@ class P2PEngine {
 
   // team: the rank's thread team, which copies a frame's payload when it is
   // large and the team is free (null: the engine's caller copies alone).
-  P2PEngine(P2PChannels& channels, TypeName type_name, ThreadTeam* team = nullptr);
+  // cma: how messages of at least straight_min_bytes go straight, where it
+  // is enabled (null: every message goes through the frames).
+  P2PEngine(P2PChannels& channels, TypeName type_name, ThreadTeam* team = nullptr,
+            const CrossMemory* cma = nullptr, size_t straight_min_bytes = 0);
   ~P2PEngine();  // close()
   P2PEngine(const P2PEngine&) = delete;
   P2PEngine& operator=(const P2PEngine&) = delete;
@@ -154,6 +164,15 @@ class P2PEngine {
   bool pass_locked(Done& done);
   // A frame's payload: on the team when there is one (thread_team.h), else memcpy.
   void copy(void* dst, const void* src, size_t bytes);
+  // Whether `op` goes straight (see above).
+  bool straight(const P2POp& op) const;
+  // A straight message's bytes, out of `peer`'s memory (on the team when
+  // there is one); false, with every operation failed, when the read failed
+  // (the session is aborted then).
+  bool read_straight_locked(int peer, void* dst, uint64_t address, size_t bytes, Done& done);
+  // Checks a frame from `peer` against the message it belongs to; aborts the
+  // session and fails everything when the sender wrote nonsense.
+  bool frame_ok_locked(int peer, const FrameHeader& h, Done& done);
   bool push_sends_locked(int peer, Done& done);
   bool pull_frames_locked(int peer, Done& done);
   // Sending side: completes the streamed sends `peer` has judged, each with
@@ -198,6 +217,8 @@ class P2PEngine {
   Session& session_;
   TypeName type_name_;
   ThreadTeam* team_;
+  const CrossMemory* cma_;
+  const size_t straight_min_bytes_;
   const int rank_;
   const int world_;
 

@@ -9,210 +9,13 @@
 #include <set>
 #include <thread>
 
-#include "../collectives/collectives.h"
-#include "../errors.h"
-#include "../kernels/half_convert.h"
-#include "check.h"
+#include "collective_world.h"
 
 using namespace pycomm::core;
 
 namespace {
 
-struct Config {
-  WaitPolicy wait;
-  ShmDataConfig data;
-  CollectiveTuning tuning;
-};
 
-struct Rank {
-  std::unique_ptr<Session> session;
-  std::unique_ptr<ShmDataPath> path;
-  InputBackup backup;
-  CollectiveTuning tuning;
-  std::unique_ptr<ThreadTeam> team;
-  Context ctx() { return Context{*session, *path, backup, tuning, *team}; }
-};
-
-struct World {
-  std::vector<std::unique_ptr<Rank>> ranks;
-
-  World(int world, const Config& config) {
-    for (int r = 0; r < world; ++r) {
-      auto rk = std::make_unique<Rank>();
-      rk->session = r == 0 ? Session::create(0, world, new_segment_name(), config.wait,
-                                             ShmDataPath::region(world, config.data))
-                           : Session::join(r, *ranks[0]->session);
-      rk->path = std::make_unique<ShmDataPath>(*rk->session);
-      rk->tuning = config.tuning;
-      rk->team = std::make_unique<ThreadTeam>(int(config.tuning.team_threads), config.tuning.team_share_bytes,
-                                              config.wait.stream_spin_us);
-      ranks.push_back(std::move(rk));
-    }
-    ranks[0]->session->unlink_name();
-    for (auto& rk : ranks) rk->session->start();
-  }
-
-  int size() const { return int(ranks.size()); }
-  Context ctx(int r) { return ranks[size_t(r)]->ctx(); }
-
-  // Runs fn(rank) on one thread per rank; returns what each threw, if anything.
-  std::vector<std::string> run(const std::function<void(int)>& fn) {
-    std::vector<std::string> errors(ranks.size());
-    std::vector<std::thread> threads;
-    for (size_t r = 0; r < ranks.size(); ++r) {
-      threads.emplace_back([&, r] {
-        try {
-          fn(int(r));
-        } catch (const CollectiveMismatch& e) {
-          errors[r] = std::string("mismatch: ") + e.what();
-        } catch (const CommTimeout& e) {
-          errors[r] = std::string("timeout: ") + e.what();
-        } catch (const std::exception& e) {
-          errors[r] = std::string("other: ") + e.what();
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
-    return errors;
-  }
-};
-
-Config small_buffers() {
-  Config c;
-  // Tiny buffers force many pieces and sub-chunks, and so every code path.
-  c.data.slot_bytes = 256;
-  c.data.link_bytes = 320;
-  c.data.link_buffers = 2;
-  c.wait.timeout_s = 20;
-  c.wait.spin_us = 2;
-  c.wait.stream_spin_us = 2;
-  c.wait.yield_us = 20;
-  return c;
-}
-
-Config default_buffers() {
-  // The data path's default sizes, where the ring's link and all-to-all's
-  // other links differ; short spins, as ranks here outnumber the cores.
-  Config c = small_buffers();
-  c.data = ShmDataConfig{};
-  return c;
-}
-
-// An all-reduce of `count` elements at `data`, in place.
-AllReduceArgs all_reduce_args(void* data, size_t count, DType dtype, ReduceOp op, Algorithm algo) {
-  AllReduceArgs a;
-  a.data = data;
-  a.count = count;
-  a.dtype = dtype;
-  a.op = op;
-  a.algorithm = algo;
-  return a;
-}
-
-// Small integers keep every sum, product and average exact in every dtype.
-double input_value(int rank, size_t i, ReduceOp op) {
-  if (op == ReduceOp::kProduct) return double(int(1 + (size_t(rank) + i) % 2) * ((i % 3) ? 1 : -1));
-  return double(int((i * 7 + size_t(rank) * 13) % 9) - 4);
-}
-
-template <class T>
-T from_double(double x) {
-  if constexpr (std::is_same_v<T, Half>) {
-    return to_half(float(x));
-  } else if constexpr (std::is_same_v<T, BFloat16>) {
-    return to_bfloat16(float(x));
-  } else if constexpr (std::is_same_v<T, float>) {
-    return float(x);
-  } else if constexpr (std::is_integral_v<T>) {
-    return T(int64_t(x));  // negative values wrap for unsigned types, as in torch
-  } else {
-    return T(x);
-  }
-}
-
-template <class T>
-void fill(std::vector<T>& v, int rank, ReduceOp op) {
-  for (size_t i = 0; i < v.size(); ++i) v[i] = from_double<T>(input_value(rank, i, op));
-}
-
-template <class T>
-double as_double(T v) {
-  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
-    return double(to_float(v));
-  } else {
-    return double(v);
-  }
-}
-
-// The reference: the inputs as stored in T, combined in double (exact for
-// these small values), then stored in T (integers wrap, as torch's do).
-template <class T>
-double expected_value(int world, size_t i, ReduceOp op) {
-  auto in = [&](int r) { return as_double(from_double<T>(input_value(r, i, op))); };
-  double acc = in(0);
-  for (int r = 1; r < world; ++r) {
-    const double v = in(r);
-    switch (op) {
-      case ReduceOp::kSum:
-      case ReduceOp::kAvg: acc += v; break;
-      case ReduceOp::kProduct: acc *= v; break;
-      case ReduceOp::kMax: acc = std::max(acc, v); break;
-      case ReduceOp::kMin: acc = std::min(acc, v); break;
-      default: break;  // the bitwise ops: test_vector_kernels.cpp
-    }
-  }
-  return op == ReduceOp::kAvg ? acc / world : acc;
-}
-
-template <class T>
-void check_all_reduce(World& w, DType dtype, ReduceOp op, size_t count, Algorithm algo,
-                      const std::vector<int>* domain_of = nullptr) {
-  const int world = int(w.ranks.size());
-  std::vector<std::vector<T>> data(world, std::vector<T>(count));
-  for (int r = 0; r < world; ++r) fill(data[r], r, op);
-  // two_shot runs in symmetric memory: every rank's copy, here each thread's vector.
-  std::vector<char*> copies(world);
-  for (int r = 0; r < world; ++r) copies[r] = reinterpret_cast<char*>(data[r].data());
-  auto errors = w.run([&](int r) {
-    AllReduceArgs a = all_reduce_args(data[r].data(), count, dtype, op, algo);
-    if (algo == Algorithm::kTwoShot) {
-      a.peers = copies.data();
-      a.place = 1;
-    }
-    if (domain_of) a.domain_of = domain_of->data();
-    all_reduce(w.ctx(r), a);
-  });
-  for (const auto& e : errors) CHECK(e.empty());
-  int bad = 0;
-  for (size_t i = 0; i < count && bad < 3; ++i) {
-    const double want = as_double(from_double<T>(expected_value<T>(world, i, op)));
-    if (as_double(data[0][i]) != want) {
-      std::fprintf(stderr, "  dtype %s op %s count %zu world %d algo %s: [%zu] = %g, want %g\n",
-                   dtype_name(dtype), op_name(op), count, world, algorithm_name(algo), i,
-                   as_double(data[0][i]), want);
-      ++bad;
-    }
-  }
-  CHECK_EQ(bad, 0);
-  for (int r = 1; r < world; ++r) {
-    CHECK(std::memcmp(data[0].data(), data[r].data(), count * sizeof(T)) == 0);
-  }
-}
-
-const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin,
-                         ReduceOp::kProduct};
-
-
-template <class T>
-bool same_bytes(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
-
-// The reference of a reduction over ranks of input_value(rank, i, op), as T.
-template <class T>
-T reduced(int world, size_t i, ReduceOp op) {
-  return from_double<T>(expected_value<T>(world, i, op));
-}
 
 template <class T>
 void check_reduce_scatter(World& w, DType dtype, ReduceOp op, size_t count, Algorithm algo) {
@@ -768,7 +571,8 @@ TEST(mismatched_counts_raise_on_every_rank_and_leave_inputs) {
 
 TEST(an_algorithm_the_core_does_not_run_is_refused_before_any_rank_waits) {
   // The routing table resolves auto and keeps an explicit choice; the core
-  // runs direct or ring and refuses the rest on every rank alike, at once.
+  // runs direct, ring, two_level or single_copy and refuses the rest on every
+  // rank alike, at once.
   World w(2, small_buffers());
   std::vector<std::vector<float>> data(2, std::vector<float>(100, 1.f));
   for (Algorithm algo : {Algorithm::kTwoShot, Algorithm::kAuto, Algorithm::kLeader}) {
@@ -781,7 +585,7 @@ TEST(an_algorithm_the_core_does_not_run_is_refused_before_any_rank_waits) {
     });
     for (int r = 0; r < 2; ++r) {
       const bool is_auto = algo == Algorithm::kAuto;
-      CHECK(errors[r].find(is_auto ? "the routing table" : "algorithm: all_reduce runs auto, direct, ring or two_level") !=
+      CHECK(errors[r].find(is_auto ? "the routing table" : "algorithm: all_reduce runs auto, direct, ring, two_level or single_copy") !=
             std::string::npos);
       for (float v : data[r]) CHECK(v == 1.f);
     }

@@ -1,6 +1,7 @@
 // Point-to-point (p2p/): the exchange patterns that deadlock a send that waits
 // for its receive, ordering, any-source, mismatches and timeouts. Ranks run as
 // threads over one mapping, so ThreadSanitizer sees every access.
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -20,6 +21,7 @@ struct Rank {
   std::unique_ptr<Session> session;
   std::unique_ptr<P2PChannels> channels;
   std::unique_ptr<ThreadTeam> team;  // outlives the engine
+  std::unique_ptr<CrossMemory> cma;  // likewise
   std::unique_ptr<P2PEngine> engine;
 };
 
@@ -30,8 +32,10 @@ struct World {
   // pieces, and a channel fills after two.
   // team_threads > 1: each rank's engine copies frames on a thread team that
   // splits even the smallest frame (shares of 64 bytes).
+  // straight_min_bytes > 0: messages of that size and more go straight
+  // (cross-memory attach, which threads of one process always agree on).
   World(int world, double timeout_s = 20, size_t frame_bytes = 256, size_t frames = 2,
-        ShmTransport transport = ShmTransport::kPosix, int team_threads = 1) {
+        ShmTransport transport = ShmTransport::kPosix, int team_threads = 1, size_t straight_min_bytes = 0) {
     WaitPolicy wait;
     wait.timeout_s = timeout_s;
     wait.spin_us = 2;
@@ -50,12 +54,16 @@ struct World {
                            : Session::join(r, *ranks[0]->session);
       rk->channels = std::make_unique<P2PChannels>(*rk->session);
       if (team_threads > 1) rk->team = std::make_unique<ThreadTeam>(team_threads, 64, 2.0);
+      rk->cma = std::make_unique<CrossMemory>(*rk->session);
       rk->engine = std::make_unique<P2PEngine>(
-          *rk->channels, [](uint32_t t) { return "type" + std::to_string(t); }, rk->team.get());
+          *rk->channels, [](uint32_t t) { return "type" + std::to_string(t); }, rk->team.get(), rk->cma.get(),
+          straight_min_bytes);
       ranks.push_back(std::move(rk));
     }
     ranks[0]->session->unlink_name();
     for (auto& rk : ranks) rk->session->start();
+    const SingleCopy mode = straight_min_bytes ? SingleCopy::kCma : SingleCopy::kOff;
+    for (const auto& e : run([&](int r) { ranks[size_t(r)]->cma->agree(mode); })) CHECK(e.empty());
   }
 
   P2PEngine& engine(int r) { return *ranks[size_t(r)]->engine; }
@@ -679,6 +687,75 @@ TEST(closing_fails_what_is_pending) {
   auto o = irecv(w.engine(0), 1, 0, v);
   w.engine(0).close();
   CHECK(o->done() && o->error());
+}
+
+// Straight messages (the sender's memory read by the receiver, once): every
+// exchange pattern above, at sizes on both sides of the threshold, so framed
+// and straight messages mix on one channel and keep their order.
+TEST(straight_messages_in_every_pattern_mixed_with_framed_ones) {
+  for (int team : {1, 3}) {
+    World w(3, 20, 256, 2, ShmTransport::kPosix, team, /*straight_min_bytes=*/1024);
+    for (size_t n : {0ul, 1ul, 200ul, 255ul, 256ul, 257ul, 5000ul, 70000ul}) {
+      // A ring of sends, receives posted at once, both sizes in flight at once.
+      std::vector<std::vector<int32_t>> got(3, std::vector<int32_t>(n)), small(3, std::vector<int32_t>(7));
+      auto errors = w.run([&](int r) {
+        auto a = pattern(n, r), b = pattern(7, r + 10);
+        auto s1 = isend(w.engine(r), (r + 1) % 3, 1, a);
+        auto s2 = isend(w.engine(r), (r + 1) % 3, 1, b);
+        auto r1 = irecv(w.engine(r), (r + 2) % 3, 1, got[size_t(r)]);
+        auto r2 = irecv(w.engine(r), (r + 2) % 3, 1, small[size_t(r)]);
+        for (const auto& o : {s1, s2, r1, r2}) w.engine(r).wait(o);
+      });
+      for (const auto& e : errors) CHECK(e.empty());
+      for (int r = 0; r < 3; ++r) {
+        CHECK(got[size_t(r)] == pattern(n, (r + 2) % 3));
+        CHECK(small[size_t(r)] == pattern(7, (r + 2) % 3 + 10));
+      }
+    }
+    // Arriving before its receive: held, then taken into a buffer, then received.
+    std::vector<int32_t> five(20000), seven(300);
+    auto errors = w.run([&](int r) {
+      if (r < 2) tag_five_arrives_before_its_receive(w.engine(r), r, five, seven);
+    });
+    for (const auto& e : errors) CHECK(e.empty());
+    CHECK(five == pattern(20000, 5) && seven == pattern(300, 7));
+  }
+}
+
+TEST(a_straight_message_of_another_size_is_refused_on_both_ranks) {
+  World w(2, 20, 256, 2, ShmTransport::kPosix, 1, /*straight_min_bytes=*/1024);
+  std::vector<int32_t> a = pattern(4000, 1), b(3000);
+  auto errors = w.run([&](int r) {
+    auto o = r == 0 ? isend(w.engine(0), 1, 3, a) : irecv(w.engine(1), 0, 3, b);
+    w.engine(r).wait(o);
+  });
+  for (const auto& e : errors) CHECK(e.find("rank 0 sent 16000 bytes of type1 with tag 3, rank 1 receives 12000") != std::string::npos);
+  // The pair goes on.
+  std::vector<int32_t> c(4000);
+  errors = w.run([&](int r) {
+    auto o = r == 0 ? isend(w.engine(0), 1, 3, a) : irecv(w.engine(1), 0, 3, c);
+    w.engine(r).wait(o);
+  });
+  for (const auto& e : errors) CHECK(e.empty());
+  CHECK(c == a);
+}
+
+TEST(a_frame_that_does_not_fit_its_message_aborts_the_group) {
+  // What a corrupt channel would hold: a frame whose payload lands past the
+  // end of its message. The receiver refuses it rather than write there.
+  World w(2, 20, 256, 2);
+  std::vector<int32_t> into(8, -1);
+  P2PChannels& ch = *w.ranks[0]->channels;
+  ch.open_to(1);
+  ch.send_header(1) = FrameHeader{0, 32, 32, 4, 32, 1, 0};  // 32 bytes at offset 32 of a 32-byte message
+  ch.commit(1);
+  ch.ring(1);
+  auto errors = w.run([&](int r) {
+    if (r == 1) w.engine(1).wait(irecv(w.engine(1), 0, 4, into));
+  });
+  CHECK(errors[1].find("does not fit its message (32 bytes at offset 32 of 32") != std::string::npos);
+  CHECK(std::all_of(into.begin(), into.end(), [](int32_t v) { return v == -1; }));
+  CHECK(w.ranks[0]->session->aborted());
 }
 
 TEST_MAIN

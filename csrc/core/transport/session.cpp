@@ -9,6 +9,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "../call_profile.h"
 #include "../errors.h"
 #include "wait_primitives.h"
 
@@ -283,6 +284,7 @@ void Session::publish(std::atomic<uint64_t>& word, uint64_t value, int writer) {
 void Session::wait_at_least(const std::atomic<uint64_t>& word, uint64_t target, int writer,
                             int peer, const char* waiting_for, bool mid_stream) {
   if (word.load(std::memory_order_acquire) >= target) return;
+  PartTimer timer(CallPart::kWait);
   const uint64_t start = monotonic_ns();
   const double spin_us = mid_stream ? policy_.stream_spin_us : policy_.spin_us;
   const uint64_t spin_end = start + uint64_t(spin_us * 1e3);

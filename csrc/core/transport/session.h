@@ -181,7 +181,15 @@ class Session {
   // operation): the lowest rank whose process has exited, or -1, and its pid.
   // Safe to call from any thread once start() returned.
   int first_dead_peer() const { return watch_.first_dead(); }
+  // Rank r's process as this rank can name it: 0 for one in another PID
+  // namespace (its number means another process here).
   pid_t pid_of(int r) const { return watch_.pid_of(r); }
+  // Rank r's probe line (cross_memory.h): this rank writes its own only.
+  ProbeLine& probe_line(int r) const { return control(r).probe; }
+
+  // Raises PeerDied naming `peer` after aborting the session with that reason,
+  // as a wait that sees the peer's process gone does.
+  [[noreturn]] void fail_dead(int peer);
 
  private:
   Session(int rank, int world, std::shared_ptr<ShmSegment> segment, const WaitPolicy& policy);
@@ -193,7 +201,6 @@ class Session {
   char* at(size_t offset) const { return static_cast<char*>(segment_->data()) + offset; }
 
   [[noreturn]] void fail_timeout(int peer, const char* waiting_for);
-  [[noreturn]] void fail_dead(int peer);
   [[noreturn]] void fail_aborted() const;
   std::string where() const;
 

@@ -33,7 +33,8 @@ constexpr uint64_t kSegmentMagic = 0x31304d4d4f435950ULL;  // "PYCOMM01"
 // 3: the header says whether a peer's exit caused the abort (abort_dead).
 // 4: the header holds the group's transport, id and secret (segment_exchange.h).
 // 5: fingerprints gained place (symmetric memory).
-constexpr uint32_t kLayoutVersion = 5;
+// 6: each rank's probe line (cross-memory attach, cross_memory.h).
+constexpr uint32_t kLayoutVersion = 6;
 constexpr int kDataParams = 8;
 
 // Written by the owning rank only.
@@ -59,9 +60,30 @@ struct alignas(kLine) SleepLine {
   std::atomic<uint32_t> sleepers{0};
 };
 
+// Written by the owning rank only, once, at set-up: cross-memory attach's
+// probe (cross_memory.h). Invariant: address, value and (at stage 2)
+// refusal are written before `stage` reaches the step that publishes them
+// (release), and never again.
+struct alignas(kLine) ProbeLine {
+  // 1: address and value name a word of the owner's own memory that its peers
+  // may read now; 2: refusal says what the owner found when it read theirs.
+  std::atomic<uint64_t> stage{0};
+  uint64_t address;
+  uint64_t value;
+  // 0: it read every peer's word; else why not (CrossMemory's reasons), with
+  // the peer concerned (-1: none in particular) and the errno it got.
+  uint32_t refusal;
+  int32_t refused_peer;
+  int32_t error;
+  // 1: the owner's setting is cma (it requires the single copy): where the
+  // group cannot have it, set-up fails on every rank, not on this one alone.
+  uint32_t required;
+};
+
 struct RankControl {
   OwnerLine own;
   SleepLine sleep;
+  ProbeLine probe;
 };
 
 enum class AbortState : uint32_t { kHealthy = 0, kWriting = 1, kAborted = 2 };

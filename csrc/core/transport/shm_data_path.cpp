@@ -39,8 +39,9 @@ Sizes sizes_for(int world, const ShmDataConfig& c) {
     s.peer_link = std::min(s.link, std::max(kMinPeerLinkBytes, fair));
   }
   // A slot holds at least one element of every rank's chunk (reduce-scatter)
-  // and the all-to-all's split sizes: 16 bytes per rank.
-  s.slot = align_up(std::max(c.slot_bytes, size_t(world) * 16), 64);
+  // and what all-to-all posts per peer (its split sizes and where a block
+  // lies): 24 bytes per rank.
+  s.slot = align_up(std::max(c.slot_bytes, size_t(world) * 24), 64);
   return s;
 }
 
