@@ -141,7 +141,7 @@ def jointly(argv, start_timeout_s: float = JOINT_START_S):
                         "PYTHONUNBUFFERED": "1"})
             cmd = [MPIRUN, *MPIRUN_OPTIONS, "-np", str(nproc), sys.executable, *argv]
             sys.stdout.flush()
-            with open(os.path.join(tmp, "stderr"), "w+") as err:
+            with open(os.path.join(tmp, "stderr"), "w+b") as err:
                 # In this process's session: whoever ends it ends mpirun and the ranks too.
                 proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stderr=err, env=env)
                 try:
@@ -151,7 +151,8 @@ def jointly(argv, start_timeout_s: float = JOINT_START_S):
                     raise
                 if not up:
                     err.seek(0)
-                    tail = " | ".join(err.read().strip().splitlines()[-3:])
+                    tail = " | ".join(err.read().decode(errors="replace").strip()
+                                      .splitlines()[-3:])
                     return False, (f"its ranks were not up within {start_timeout_s:.0f} s"
                                    if rc is None else
                                    f"mpirun exited with {rc} before its ranks were up"
@@ -168,7 +169,8 @@ def jointly(argv, start_timeout_s: float = JOINT_START_S):
 def _wait_joint(proc, started: str, err, start_timeout_s: float):
     """(mpirun's exit status or None, whether the ranks came up): waits for the ranks to
     come up (stopping mpirun where they do not in time), then for mpirun to end, copying
-    the ranks' stderr to this process's as it grows."""
+    the ranks' stderr (err: a binary file) to this process's as it grows, twice a second
+    (the ranks are measuring: this process wakes seldom)."""
     import time
 
     deadline = time.monotonic() + start_timeout_s
@@ -183,14 +185,15 @@ def _wait_joint(proc, started: str, err, start_timeout_s: float):
     while True:
         rc = proc.poll()
         err.seek(shown)
-        text = err.read()
-        if text:
-            sys.stderr.write(text)
+        data = err.read()
+        if data:
             sys.stderr.flush()
-            shown += len(text.encode())
+            sys.stderr.buffer.write(data)
+            sys.stderr.buffer.flush()
+            shown += len(data)
         if rc is not None:
             return rc, True
-        time.sleep(0.2)
+        time.sleep(0.5)
 
 
 def _stop(proc):
