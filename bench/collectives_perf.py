@@ -13,24 +13,36 @@ Peers, measured side by side in one run, in turns:
   pycomm     pycomm as a torch.distributed backend: a dist.new_group(backend="pycomm")
              group, called through dist.* (absent, with a line saying why, when
              `import pycomm` has not registered the backend)
+  torch      torch's own per-call cost, a floor: the same dist.* calls on a group of a
+             backend that completes every call at once and moves nothing
+             (pycomm._C.make_null_backend, registered as "pycomm_null"); no bandwidth, and
+             no #wrong ('-': nothing moves, so nothing is checked)
   gloo       the default group, which the bench starts with gloo
   direct     all_reduce only: pycomm.all_reduce, pycomm's direct API (it runs inline in
              the caller when the communicator is idle)
   norestore  all_reduce only: the direct API without its restore-on-failure copy, to show
              what that guarantee costs
-  mpi        Open MPI through mpi4py on numpy buffers (bench/mpi_worker.py: Allreduce,
-             Bcast, Reduce, Allgather, Reduce_scatter_block, Alltoall), when `mpirun` and
-             mpi4py are present. MPI is timed in its own `mpirun` launch, before the other
-             peers start, not interleaved with them: its rounds are its own.
-  deepspeed  all_reduce only (sum, float32 or bfloat16): DeepSpeed's shared-memory
-             all-reduce (inference_all_reduce), when deepspeed is importable (never installed
-             by this script)
+  mpi        Open MPI through mpi4py (Allreduce, Bcast, Reduce, Allgather,
+             Reduce_scatter_block, Alltoall), when `mpirun` and mpi4py are present. The bench
+             then starts its ranks with `mpirun --allow-run-as-root --oversubscribe --bind-to
+             none -np N` (not spawned): each rank is an MPI rank and a torch rank at once, and
+             MPI is one more peer, called on numpy views of the same tensors, timed in the
+             same turns and checked by the same check. Where that launch is not possible
+             (under torchrun, or mpirun failing to start the ranks) MPI is timed in its own
+             `mpirun` launch (bench/mpi_worker.py) before the other peers start, its rounds
+             its own. The header line says which.
+  deepspeed  all_reduce only (sum; float32, bfloat16 or float16): DeepSpeed's shared-memory
+             all-reduce, the op torch.ops.deepspeed.inference_all_reduce_ that its
+             ShareMemCommBuilder compiles at first use (harness/peers/deepspeed.py), when
+             deepspeed is importable (never installed by this script); else a header line
+             says why it is absent
 
 --hosts H (all_reduce, all_gather, reduce_scatter, broadcast, ...): the ranks pose as H
 hosts of N/H ranks each, ranks 0..N/H-1 on the first (PYCOMM_HOST_ID while the groups are
 made), and the peers become:
   hier       the pycomm backend over the fake hosts: shared memory inside each host, gloo
              between them (csrc/torch/hierarchical_plan.h); the ratios are against this one
+  torch      the floor, as above (pyc-torch is hier - torch)
   gloo       flat gloo over all N ranks (the default group)
   flat-pyc   the pycomm backend over all N ranks as one host: one shared-memory ring, which
              only exists because the "hosts" share this machine
@@ -80,19 +92,26 @@ time (1.0: as fast as those plain copies). For all_reduce with 2 ranks it is the
 allreduce_perf.py ceiling: two copies of the tensor.
 
 Ratios: `gloo/pyc` = gloo time / pycomm time; `pyc/mpi` = pycomm time / MPI time (all
-collectives; the all_reduce target is <= 1 at every size). "pycomm" in the ratios is the
-backend group, or for all_reduce the direct API when the backend is absent. The closing
-summary judges, per collective at 64 KiB and 16 MiB, pycomm's time against the best peer
-measured in the run (the faster of Open MPI and DeepSpeed; target: at most its time) and
-the ceiling, each with the rounds' range (bench/harness/verdicts.py); gloo/pyc is printed
-beside them and judges nothing, its time swinging too much between runs. With --hosts the
-target is the hierarchical backend's: flat gloo takes at least 2x its time at 16 MiB.
+collectives; the all_reduce target is <= 1 at every size); `pyc-torch us` = pycomm time -
+torch time, the backend's own share of a call, and `(pyc-torch)/mpi` that share over MPI's
+time (<= 1: pycomm within Open MPI's time plus torch's own per-call cost). "pycomm" in the
+ratios is the backend group, or for all_reduce the direct API when the backend is absent
+(then no pyc-torch: the direct API does not enter torch.distributed). The closing summary
+judges, per collective at 64 KiB and 16 MiB, pycomm's time against the best peer measured
+in the run (the faster of Open MPI and DeepSpeed; target: at most its time) and the ceiling,
+and at 64 KiB pycomm - torch against Open MPI (target: at most 1.25x its time, i.e. pycomm
+<= 1.25 x mpi + torch), each with the rounds' range (bench/harness/verdicts.py; round by
+round where the columns were timed in the same turns); gloo/pyc is printed beside them and
+judges nothing, its time swinging too much between runs. With --hosts the target is the
+hierarchical backend's: flat gloo takes at least 2x its time at 16 MiB.
 
 --json writes {"meta": ..., "rows": [...], "summary": [...]} (pycomm.tools.results_schema:
 meta also names the schema, the command and the date). A row has the common
 fields (collective, size, count, dtype, op, world_size, busbw_factor, ceiling_us, ...) and
 per peer <peer>_us, _algbw, _busbw, _wrong, _spread, _rounds_us, with the peers named
-pycomm_backend, gloo, pycomm_direct, pycomm_norestore, mpi, deepspeed. The all_reduce rows
+pycomm_backend, torch_floor, gloo, pycomm_direct, pycomm_norestore, mpi, deepspeed; and
+pycomm_minus_torch_us, pycomm_minus_torch_over_mpi, and mpi_in_turns (whether MPI's rounds
+were taken in the same turns); meta.mpi.in_turns says the same for the run. The all_reduce rows
 also carry the fields that pycomm.tools.scaling.calibrate fits (ddp_resnet50.py
 --calibration, pycomm predict --calibrate): pycomm_us (the direct API), stock_us (gloo),
 wrong; other collectives lack pycomm_us, so a calibration leaves them out.
@@ -106,10 +125,12 @@ from harness import calibration, driver, verdicts  # (harness puts pycomm on sys
 from harness.ceilings import ceiling_bytes
 from harness.collectives import COLLECTIVES, NAMES, ROOT
 from harness.patterns import DTYPES, OPS, PREMUL_FACTOR
-from harness.peers import deepspeed, fake_hosts, gloo, mpi
+from harness.peers import deepspeed, fake_hosts, gloo, mpi, torch_floor
 from harness.peers import pycomm as pycomm_peers
+from harness.peers.peer import through_dist, torch_op
 from harness.sizes import add_size_options, check_size_options, human, sweep
-from harness.sweep import Sweep, add_measurements, peer_table_columns, pycomm_wrong
+from harness.sweep import (Sweep, add_measurements, floor_table_columns, peer_table_columns,
+                           pycomm_wrong)
 from harness.table import Column, Table
 from harness.world import World
 from pycomm.tools import results_schema as schema
@@ -118,6 +139,10 @@ from pycomm.tools import results_schema as schema
 JUDGED_SIZES = (64 << 10, 16 << 20)
 # pycomm's time at most this times the best peer's, over the rounds.
 BEST_PEER_TARGET = 1.0
+# pycomm's time less torch's own per-call cost (the torch floor, measured in the same run) at
+# most this times Open MPI's, by size: the issue's "at 64 KiB at most 1.25x Open MPI's time,
+# torch's own per-call cost included", i.e. pycomm <= 1.25 x mpi + torch.
+NET_MPI_TARGETS = {64 << 10: 1.25}
 # --hosts: flat gloo over all ranks takes at least this times the hierarchical all-reduce's
 # time at this size: gloo is the transport between hosts there, so it is the peer to beat.
 HIER_TARGET = (16 << 20, 2.0)
@@ -128,7 +153,20 @@ PRIMARY = (schema.PYCOMM_HIER, schema.PYCOMM_BACKEND, schema.PYCOMM_DIRECT)
 # --------------------------------------------------------------------------- the peers
 
 def set_up_peers(args, world):
-    """([peers], [header lines about absent peers])."""
+    """([peers], [header lines about absent peers]): pycomm's columns and the peers, with the
+    torch floor beside the pycomm column that goes through dist.*."""
+    peers, lines = pycomm_and_peers(args, world)
+    floor, why = torch_floor.peer(world, lambda p, g: through_dist(
+        p, world.dist, g, torch_op(world.dist, args.op)))
+    if floor is None:
+        lines.append(why)
+    else:
+        at = 1 if peers and peers[0].key in torch_floor.THROUGH_DIST else 0
+        peers.insert(at, floor)
+    return peers, lines
+
+
+def pycomm_and_peers(args, world):
     if args.hosts > 1:
         return fake_hosts.peers(world, args.op, args.hosts, args.collectives,
                                 args.pycomm_backend)
@@ -190,9 +228,12 @@ def make_row(args, world, coll, measured, peers, primary, mpi_rows):
 
 
 def judged_at(row, primary):
-    """One judged size's words and verdict: pycomm's time and its rounds, its ratio to the
-    best peer with the verdict, of_ceil, and gloo/pyc (which judges nothing)."""
+    """One judged size's words and verdicts (against the best peer; against Open MPI with
+    torch's own cost taken out, where NET_MPI_TARGETS has a target): pycomm's time and its
+    rounds, its ratio to the best peer, torch's floor, pycomm - torch and (pycomm - torch) /
+    mpi, of_ceil, and gloo/pyc (which judges nothing)."""
     j = verdicts.judge(row, primary.key, BEST_PEER_TARGET)
+    net = floor_text(row, j)
     text = f"{human(row['size'])}: pycomm {verdicts.show(j['pycomm'], 1, ' us')}"
     of_ceil = f", of_ceil {verdicts.show(j['of_ceil'])}"
     if primary.key == schema.PYCOMM_HIER:
@@ -202,7 +243,7 @@ def judged_at(row, primary):
         text += f", flat gloo/hier {verdicts.show(j['gloo'], 1, 'x')}" + (
             f" ({verdicts.verdict_text(j['gloo'], at_least=HIER_TARGET[1])}, "
             f">= {HIER_TARGET[1]:g}x)" if judged else "")
-        return text + of_ceil, met
+        return text + net[0] + of_ceil, met, net[1]
     if j["best"] is None:
         text += ", no Open MPI or DeepSpeed column: no verdict"
         met = None
@@ -210,22 +251,44 @@ def judged_at(row, primary):
         name, best, met = j["best"]
         text += (f", {verdicts.show(best, 2, 'x')} {name}'s time "
                  f"({verdicts.verdict_text(best, BEST_PEER_TARGET)})")
-    return text + of_ceil + f"; gloo/pyc {verdicts.show(j['gloo'], 1, 'x')}", met
+    return text + net[0] + of_ceil + f"; gloo/pyc {verdicts.show(j['gloo'], 1, 'x')}", met, net[1]
+
+
+def floor_text(row, j):
+    """(words, verdict) of the torch floor at a judged size: torch's time, pycomm - torch
+    and (pycomm - torch) / mpi with its rounds' range, judged against NET_MPI_TARGETS where
+    it has a target for this size (verdict None otherwise, or where the rounds straddle
+    it)."""
+    if j["floor"] is None:
+        return "", None
+    minus = row.get(torch_floor.MINUS_US)
+    text = (f", torch {verdicts.show(j['floor'], 1, ' us')}, pyc-torch "
+            + ("-" if minus is None else f"{minus:.1f} us"))
+    if j["net_mpi"] is None:
+        return text, None
+    text += f", (pyc-torch)/mpi {verdicts.show(j['net_mpi'], 2, 'x')}"
+    target = NET_MPI_TARGETS.get(row["size"])
+    if target is None:
+        return text, None
+    return (text + f" ({verdicts.verdict_text(j['net_mpi'], target)}, pycomm <= {target:g} x "
+            f"mpi + torch)"), verdicts.verdict(j["net_mpi"], target)
 
 
 def collective_summary(collective, rows, primary, has_mpi):
     who = {None: "", "pycomm_backend": "", "pycomm_hier": " (hierarchical)"}.get(
         primary.key if primary else None, " (direct API)")
-    parts, met = [], []
+    parts, met, net_met = [], [], []
     for size in JUDGED_SIZES:
         r = next((r for r in rows if r["size"] == size), None)
         if r is None or primary is None or not r.get(schema.column(primary.key, "rounds_us")):
             parts.append(f"{human(size)}: {'not in this sweep' if r is None else '-'}")
             met.append(None)
+            net_met.append(None)
             continue
-        text, ok = judged_at(r, primary)
+        text, ok, net_ok = judged_at(r, primary)
         parts.append(text)
         met.append(ok)
+        net_met.append(net_ok)
     if primary is None:
         line = f"{collective}: no pycomm column, no verdict"
     else:
@@ -233,9 +296,11 @@ def collective_summary(collective, rows, primary, has_mpi):
     out = dict(collective=collective, pycomm_peer=primary.key if primary else None,
                speedups={str(size): next((r.get("gloo_over_pycomm") for r in rows
                                           if r["size"] == size), None) for size in JUDGED_SIZES},
-               targets_met=met)
+               targets_met=met, net_mpi_targets_met=net_met)
     if has_mpi and collective == "all_reduce":
-        for key, label in (("pycomm_over_mpi", "pycomm"), ("direct_over_mpi", "direct")):
+        for key, label in (("pycomm_over_mpi", "pycomm"), (torch_floor.MINUS_OVER_MPI,
+                                                           "(pycomm-torch)"),
+                           ("direct_over_mpi", "direct")):
             ratios = [(r["size"], r.get(key)) for r in rows if r.get(key) is not None]
             if not ratios:
                 continue
@@ -245,20 +310,25 @@ def collective_summary(collective, rows, primary, has_mpi):
                      f"worst {worst[1]:.2f}x at {human(worst[0])}")
             out[f"{key}_at_or_below"] = [at_or_below, len(ratios)]
     elif has_mpi:
-        ratios = [r.get("pycomm_over_mpi") for r in rows if r.get("pycomm_over_mpi")]
-        if ratios:
-            line += f"; pycomm/MPI median {statistics.median(ratios):.2f}x"
+        for key, label in (("pycomm_over_mpi", "pycomm"),
+                           (torch_floor.MINUS_OVER_MPI, "(pycomm-torch)")):
+            ratios = [r.get(key) for r in rows if r.get(key) is not None]
+            if ratios:
+                line += f"; {label}/MPI median {statistics.median(ratios):.2f}x"
     out["line"] = line
     return out
 
 
 # --------------------------------------------------------------------------- the text
 
-def table_of(coll, peers, primary, has_mpi):
-    """Rank 0's table for one collective: the columns of the peers it has."""
+def table_of(coll, peers, primary, mpi_side):
+    """Rank 0's table for one collective: the columns of the peers it has (Open MPI's among
+    them where it runs in turns, else last, from its own launch)."""
     cols = [Column("size", 11, "size", "d"), Column("count", 10, "count", "d"),
             Column("type", 8, "dtype"), Column("redop", 10, "op"), None]
-    keys = [(p.label, p.key) for p in peers] + ([("mpi", schema.MPI)] if has_mpi else [])
+    separate = bool(mpi_side.rows)
+    has_mpi = separate or any(p.key == schema.MPI for p in peers)
+    keys = [(p.label, p.key) for p in peers] + ([("mpi", schema.MPI)] if separate else [])
     cols += peer_table_columns(keys, (("algbw", "algbw", ".2f"), ("busbw", "busbw", ".2f")))
     cols.append(Column("gloo/pyc", 8, "gloo_over_pycomm", ".1f"))
     if primary is not None and primary.key == schema.PYCOMM_HIER:
@@ -267,6 +337,8 @@ def table_of(coll, peers, primary, has_mpi):
         cols.append(Column("pyc/mpi", 7, "pycomm_over_mpi", ".2f"))
         if coll.name == "all_reduce" and any(p.key == schema.PYCOMM_DIRECT for p in peers):
             cols.append(Column("dir/mpi", 7, "direct_over_mpi", ".2f"))
+    if any(p.key == torch_floor.KEY for p in peers):
+        cols += floor_table_columns(has_mpi)
     cols += [None, Column("ceil us", 10, "ceiling_us", ".1f"),
              Column("of_ceil", 7, "frac_of_ceiling", ".2f")]
     return Table(cols)
@@ -297,12 +369,17 @@ def summary_head(args, rows) -> str:
         target = f"flat gloo takes >= {times:g}x the hierarchical all-reduce's time at {human(size)}"
     else:
         target = (f"pycomm's time at most {BEST_PEER_TARGET:g}x the best peer's (Open MPI, "
-                  f"DeepSpeed) at {' and '.join(human(s) for s in JUDGED_SIZES)}")
+                  f"DeepSpeed) at {' and '.join(human(s) for s in JUDGED_SIZES)}, and "
+                  + ", ".join(f"pycomm - torch at most {x:g}x Open MPI's time at {human(s)}"
+                              for s, x in NET_MPI_TARGETS.items())
+                  + " (torch: its own per-call cost, the null backend's time in these turns)")
     return (f"summary, median (range over the rounds); target: {target}; gloo/pyc judges "
             f"nothing; pycomm #wrong total: {total}")
 
 
 def meta_of(args, world, peers, lines, mpi_meta) -> dict:
+    """The JSON's meta: the run's settings, the peers' notes and Open MPI's facts (its
+    `in_turns`: whether it was timed in these ranks)."""
     return dict(world_size=world.size, dtype=args.dtype, op=args.op, algorithm=args.algorithm,
                 rounds=args.rounds, collectives=args.collectives, hosts=args.hosts,
                 stock_backend=world.backend, peers={p.key: p.note for p in peers}, notes=lines,
@@ -332,12 +409,14 @@ def run(args):
     sizes = sweep(args.minbytes, args.maxbytes, args.stepfactor, include=JUDGED_SIZES)
     dtype = getattr(world.torch, args.dtype)
     esize = world.torch.empty((), dtype=dtype).element_size()
-    mpi_rows, mpi_meta, mpi_note = mpi.column(world, args.no_mpi,
-                                              mpi_plan(args, sizes, esize, world.size),
-                                              args.mpi_timeout)
+    mpi_side = mpi.side(world, args.no_mpi, lambda: mpi_plan(args, sizes, esize, world.size),
+                        lambda w, comm: mpi.collectives_peer(w, comm, args.dtype, args.op),
+                        args.mpi_timeout)
     peers, lines = set_up_peers(args, world)
-    if mpi_note:
-        lines.append(mpi_note)
+    if mpi_side.peer is not None:
+        peers.append(mpi_side.peer)
+    if mpi_side.note:
+        lines.append(mpi_side.note)
     if world.rank == 0:
         driver.print_header(header_lines(args, world, peers, lines))
 
@@ -360,15 +439,15 @@ def run(args):
         world, args.collectives, sizes, peers=peers,
         measure=lambda name, size: measure.measure(COLLECTIVES[name], size, active(name)),
         table_of=lambda name: table_of(COLLECTIVES[name], active(name), primary(name),
-                                       bool(mpi_rows)),
+                                       mpi_side),
         title_of=lambda name: table_title(COLLECTIVES[name], world.size),
         row_of=lambda name, measured: make_row(args, world, COLLECTIVES[name], measured,
-                                               peers, primary(name), mpi_rows),
+                                               peers, primary(name), mpi_side.rows),
         summary_of=lambda name, mine: collective_summary(name, mine, primary(name),
-                                                         bool(mpi_rows)))
+                                                         mpi_side.present))
     if world.rank == 0:
         driver.report(args, summary_head(args, rows), summary, rows,
-                      meta_of(args, world, peers, lines, mpi_meta))
+                      meta_of(args, world, peers, lines, mpi_side.meta))
 
 
 # --------------------------------------------------------------------------- the command
@@ -408,4 +487,4 @@ def parse_args(argv=None):
 
 
 if __name__ == "__main__":
-    driver.main(parse_args, run)
+    driver.main(parse_args, run, mpi_in_turns=True)

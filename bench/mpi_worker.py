@@ -5,8 +5,10 @@ or point-to-point patterns, at the same sizes, with mpi4py on numpy buffers, und
     mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 \\
         python bench/mpi_worker.py --plan plan.json --out mpi.json
 
-The driver writes the plan (harness/peers/mpi.py: its kind, dtype, timing budget and items)
-and merges what rank 0 writes here. The calls, the timing and the check are bench/harness's
+This is Open MPI's own launch, the fallback where the bench's ranks are not MPI ranks
+themselves (harness/peers/mpi.py; where they are, Open MPI is timed in them, in turns with
+the other peers). The driver writes the plan (its kind, dtype, timing budget and items) and
+merges what rank 0 writes here. The calls, the timing and the check are bench/harness's
 (peers/mpi.py for collectives, peers/mpi_p2p.py for point-to-point): each call timed on its
 own, a rank's median, the slowest rank's median per round; #wrong on the harness's
 integer-valued patterns, summed over the ranks.

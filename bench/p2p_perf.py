@@ -24,15 +24,24 @@ Peers, measured side by side in one run, in turns:
            point-to-point (csrc/core/p2p/), every message copied in by its sender and
            out by its receiver through the shared-memory channels, in frames, so that
            the two copies of a large message overlap
+  torch    torch's own per-call cost, a floor: the same dist.* calls (every pattern) on a
+           group of a backend that completes every call at once and moves nothing
+           (pycomm._C.make_null_backend, registered as "pycomm_null"); no bandwidth, no
+           #wrong ('-': nothing moves, so nothing is checked)
   pyc-c10d the same group's backend object called directly (Backend.send/recv(...).wait()),
            latency only: pycomm without torch's Python wrapper and ProcessGroup dispatch.
-           pycomm - pyc-c10d at the smallest size is torch's own per-call cost, which the
-           latency summary prints beside pycomm / (mpi + that cost)
+           pycomm - pyc-c10d was the estimate of torch's own per-call cost before the torch
+           column measured it; the latency summary prints it beside the measured floor
   gloo     the default group, which the bench starts with gloo
-  mpi      Open MPI through mpi4py on numpy buffers (bench/mpi_worker.py: Send/Recv ping-pong;
-           Isend window, Irecv window, Waitall, Send ack; Irecv + Isend, Waitall), when
-           `mpirun` and mpi4py are present; timed in its own `mpirun` launch before the
-           other peers start, not interleaved with them: its rounds are its own
+  mpi      Open MPI through mpi4py (Send/Recv ping-pong; Isend window, Irecv window,
+           Waitall, Send ack; Irecv + Isend, Waitall), when `mpirun` and mpi4py are
+           present. The bench then starts its ranks with `mpirun --allow-run-as-root
+           --oversubscribe --bind-to none -np N` (not spawned): each rank is an MPI rank and
+           a torch rank at once, and MPI is one more peer, called on numpy views of the same
+           buffers, timed in the same turns and checked by the same check. Where that launch
+           is not possible (under torchrun, or mpirun failing to start the ranks) MPI is
+           timed in its own `mpirun` launch (bench/mpi_worker.py) before the other peers
+           start, its rounds its own. The header line says which
   ceiling  a memcpy ceiling in the same turns: a one-way message through a shared staging
            buffer is two copies, in (sender) and out (receiver), which a streaming
            transport overlaps; so both ranks copy size x busbw_factor bytes at once (bibw:
@@ -51,15 +60,22 @@ column, in %) is (slowest - fastest round) / median. GB/s are 1e9 bytes per seco
 each message holding its own integer-valued pattern and each receive buffer a sentinel
 first; the receivers count the elements that differ, summed over the ranks.
 
-Ratios: `gloo/pyc` = gloo time / pycomm time; `pyc/mpi` = pycomm time / MPI time; `of_ceil`
-= ceiling time / pycomm time = pycomm GB/s / ceiling GB/s.
+Ratios: `gloo/pyc` = gloo time / pycomm time; `pyc/mpi` = pycomm time / MPI time;
+`pyc-torch us` = pycomm time - torch time, the backend's own share of a call;
+`(pyc-torch)/mpi` = that share / MPI time; `of_ceil` = ceiling time / pycomm time = pycomm
+GB/s / ceiling GB/s. The summary judges per pattern the target "from 8 B to 32 KiB at most
+Open MPI's time plus torch's own per-call cost measured in the same run", pycomm <= mpi +
+torch, i.e. (pyc-torch)/mpi <= 1, at every size in that range, each with its rounds' range
+(bench/harness/verdicts.py): met where every size meets it, missed where one misses it.
 
 --json writes pycomm.tools.results_schema's layout: a row per pattern and size, with
 collective = p2p_latency, p2p_bw or p2p_bibw, size, count, dtype, window, busbw_factor (2 for
 bibw), ceiling_us, frac_of_ceiling, gloo_over_pycomm, pycomm_over_mpi, wrong (pycomm's), and
 per peer <peer>_us, _algbw (size / time), _busbw (x busbw_factor: what the table prints),
-_spread, _rounds_us, _wrong, with the peers named pycomm_backend, pycomm_c10d (latency rows),
-gloo, mpi.
+_spread, _rounds_us, _wrong, with the peers named pycomm_backend, torch_floor, pycomm_c10d
+(latency rows), gloo, mpi; pycomm_minus_torch_us, pycomm_minus_torch_over_mpi, and
+mpi_in_turns (whether MPI's rounds were taken in the same turns; meta.mpi.in_turns for the
+run). A summary entry carries net_mpi_target_met (True, False, or None: no verdict).
 """
 from __future__ import annotations
 
@@ -68,16 +84,21 @@ import argparse
 from harness import driver  # (harness puts pycomm on sys.path)
 from harness.p2p import NAMES, PATTERNS, buffers, layout, through_backend, through_dist
 from harness.p2p_sweep import P2PSweep
-from harness.peers import mpi
+from harness import verdicts
+from harness.peers import mpi, mpi_p2p, torch_floor
 from harness.peers import pycomm as pycomm_peers
 from harness.peers.peer import Peer
 from harness.sizes import add_size_options, check_size_options, human, parse_size, sweep
-from harness.sweep import add_measurements, peer_table_columns, pycomm_wrong
+from harness.sweep import (add_measurements, floor_table_columns, peer_table_columns,
+                           pycomm_wrong)
 from harness.table import Column, Table
 from harness.world import World
 from pycomm.tools import results_schema as schema
 
 DTYPES = ("float32", "uint8")
+# The issue's target: from 8 B to 32 KiB, pycomm's time at most Open MPI's plus torch's own
+# per-call cost measured in the same run, i.e. (pycomm - torch) / mpi <= 1, in every pattern.
+NET_MPI_TARGET = (8, 32 << 10, 1.0)
 
 
 def set_up_peers(world):
@@ -91,15 +112,32 @@ def set_up_peers(world):
                 f"(native point-to-point: the shared-memory channels, csrc/core/p2p/)")
         peers.append(through_dist(Peer("pycomm", schema.PYCOMM_BACKEND, note), dist, group,
                                   world.rank))
+    floor, why = torch_floor.peer(world, lambda p, g: through_dist(p, dist, g, world.rank))
+    if floor is None:
+        lines.append(why)
+    else:
+        peers.append(floor)
+        if group is not None and _coalesces(group, world) != _coalesces(floor.group, world):
+            lines.append(f"{torch_floor.LABEL}: its backend and pycomm's take different "
+                         f"batch_isend_irecv roads (supports_coalescing differs): the bibw "
+                         f"floor is not pycomm's")
+    if group is not None:
         note = ("pyc-c10d = the same group's backend called directly, send/recv(...).wait() "
                 "(latency only): pycomm without torch's Python wrapper and dispatch; "
-                "pycomm - pyc-c10d = torch's own per-call cost")
+                "pycomm - pyc-c10d estimates torch's own per-call cost, which the torch "
+                "column measures")
         peers.append(through_backend(Peer("pyc-c10d", schema.PYCOMM_C10D, note), world.torch,
                                      group, world.rank))
     peers.append(through_dist(Peer(world.backend, schema.GLOO,
                                    f"{world.backend} = the default group"), dist, None,
                               world.rank))
     return peers, lines, group
+
+
+def _coalesces(group, world) -> bool:
+    """Whether dist.batch_isend_irecv coalesces on this group's CPU backend."""
+    return bool(getattr(group._get_backend(world.torch.device("cpu")), "supports_coalescing",
+                        False))
 
 
 def warm_up(world, measure, peers, patterns):
@@ -133,44 +171,80 @@ def make_row(args, world, pattern, measured, peers, primary, mpi_rows):
 
 
 def pattern_summary(pattern, rows, primary):
-    def span(key):
+    """One pattern's closing line: the ratios' spans over the sizes, the torch floor and the
+    target pycomm <= mpi + torch from 8 B to 32 KiB (NET_MPI_TARGET) judged size by size
+    with the rounds' range, of_ceil at the largest size, and at the smallest latency row
+    the old estimate of torch's cost (pycomm - pyc-c10d) beside the measured floor."""
+    def span(key, unit="x"):
         xs = [r[key] for r in rows if r.get(key) is not None]
-        return f"{min(xs):.2f}x..{max(xs):.2f}x" if xs else "-"
+        return f"{min(xs):.2f}{unit}..{max(xs):.2f}{unit}" if xs else "-"
 
     last = rows[-1] if rows else {}
     of_ceil = last.get("frac_of_ceiling")
-    line = (f"{pattern.name}: no pycomm column" if primary is None else
-            f"{pattern.name}: gloo/pyc {span('gloo_over_pycomm')}, pyc/mpi "
-            f"{span('pycomm_over_mpi')}, of_ceil at {human(last.get('size', 0))} "
-            + ("-" if of_ceil is None else f"{of_ceil:.3g}"))
+    out = dict(collective=pattern.collective, pycomm_peer=primary.key if primary else None)
+    if primary is None:
+        out["line"] = f"{pattern.name}: no pycomm column"
+        return out
+    line = (f"{pattern.name}: gloo/pyc {span('gloo_over_pycomm')}, pyc/mpi "
+            f"{span('pycomm_over_mpi')}, torch {span(torch_floor.KEY + '_us', ' us')}, "
+            f"pyc-torch {span(torch_floor.MINUS_US, ' us')}, (pyc-torch)/mpi "
+            f"{span(torch_floor.MINUS_OVER_MPI)}")
+    text, met = net_target_text(rows, primary)
+    line += text + (f"; of_ceil at {human(last.get('size', 0))} "
+                    + ("-" if of_ceil is None else f"{of_ceil:.3g}"))
+    out["net_mpi_target_met"] = met
     first = rows[0] if rows else {}
     direct = first.get(schema.column(schema.PYCOMM_C10D, "us"))
-    prim = first.get(schema.column(primary.key, "us")) if primary else None
+    prim = first.get(schema.column(primary.key, "us"))
+    floor = first.get(schema.column(torch_floor.KEY, "us"))
     if pattern.name == "latency" and direct and prim:
-        # pycomm against Open MPI plus what torch itself costs a call (the target in
-        # docs/performance.md: within 1.5x).
-        torch_us = prim - direct
-        line += (f"; at {human(first['size'])}: torch's per-call cost {torch_us:.2f} us "
-                 f"(pycomm {prim:.2f} - pyc-c10d {direct:.2f})")
-        if first.get("mpi_us"):
-            line += (f", pycomm / (mpi + torch's) = "
-                     f"{prim / (first['mpi_us'] + torch_us):.2f}")
-    return dict(collective=pattern.collective, pycomm_peer=primary.key if primary else None,
-                line=line)
+        line += (f"; at {human(first['size'])}: torch's per-call cost measured "
+                 + ("-" if floor is None else f"{floor:.2f} us")
+                 + f" (estimate pycomm - pyc-c10d: {prim - direct:.2f} us)")
+    out["line"] = line
+    return out
 
 
-def table_of(pattern, peers, has_mpi):
+def net_target_text(rows, primary):
+    """(words, verdict) of the target pycomm <= mpi + torch over the rows within
+    NET_MPI_TARGET's sizes, each judged with its rounds' range (verdicts.net_ratio): met
+    where every size's range meets it, missed where any size's range misses it, else None."""
+    lo, hi, at_most = NET_MPI_TARGET
+    head = f"; pycomm <= mpi + torch at {human(lo)}..{human(hi)}: "
+    within = [r for r in rows if lo <= r["size"] <= hi]
+    judged = [(r["size"], verdicts.net_ratio(r, primary.key)) for r in within]
+    judged = [(size, j) for size, j in judged if j is not None]
+    if not judged:
+        return head + ("no torch or mpi column" if within else "no size in this sweep"), None
+    verdict_of = {size: verdicts.verdict(j, at_most) for size, j in judged}
+    missed = [human(size) for size, v in verdict_of.items() if v is False]
+    unsure = [human(size) for size, v in verdict_of.items() if v is None]
+    met = False if missed else (None if unsure else True)
+    worst = max(judged, key=lambda sj: sj[1][0])
+    words = {True: "met", False: "MISSED", None: "within the rounds' spread"}[met]
+    return (head + f"{words} ({len(judged) - len(missed) - len(unsure)}/{len(judged)} sizes met"
+            + (f", missed at {', '.join(missed)}" if missed else "")
+            + (f", within the spread at {', '.join(unsure)}" if unsure else "")
+            + f"; worst (pyc-torch)/mpi {verdicts.show(worst[1], 2, 'x')} at "
+              f"{human(worst[0])})"), met
+
+
+def table_of(pattern, peers, mpi_side):
     peers = [p for p in peers if pattern.name in p.calls]
     cols = [Column("size", 11, "size", "d"), Column("count", 10, "count", "d"),
             Column("type", 8, "dtype")]
     if pattern.windowed:
         cols.append(Column("window", 6, "window", "d"))
     cols.append(None)
-    keys = [(p.label, p.key) for p in peers] + ([("mpi", schema.MPI)] if has_mpi else [])
+    separate = bool(mpi_side.rows)
+    has_mpi = separate or any(p.key == schema.MPI for p in peers)
+    keys = [(p.label, p.key) for p in peers] + ([("mpi", schema.MPI)] if separate else [])
     cols += peer_table_columns(keys, (("GB/s", "busbw", ".3f"),))
     cols.append(Column("gloo/pyc", 8, "gloo_over_pycomm", ".2f"))
     if has_mpi:
         cols.append(Column("pyc/mpi", 7, "pycomm_over_mpi", ".2f"))
+    if any(p.key == torch_floor.KEY for p in peers):
+        cols += floor_table_columns(has_mpi)
     cols += [None, Column("ceil us", 10, "ceiling_us", ".2f"),
              Column("ceil GB/s", 9,
                     lambda r: r["ceiling_bytes"] / r["ceiling_us"] / 1e3 if r["ceiling_us"]
@@ -217,11 +291,13 @@ def run(args):
     sizes = sweep(args.minbytes, args.maxbytes, args.stepfactor)
     measure_settings = (args.rounds, args.min_time, args.min_iters, args.max_iters, args.warmup)
     esize = 4 if args.dtype == "float32" else 1
-    mpi_rows, mpi_meta, mpi_note = mpi.column(world, args.no_mpi, mpi_plan(args, sizes, esize),
-                                              args.mpi_timeout)
+    mpi_side = mpi.side(world, args.no_mpi, lambda: mpi_plan(args, sizes, esize), mpi_p2p.peer,
+                        args.mpi_timeout)
     peers, lines, group = set_up_peers(world)
-    if mpi_note:
-        lines.append(mpi_note)
+    if mpi_side.peer is not None:
+        peers.append(mpi_side.peer)
+    if mpi_side.note:
+        lines.append(mpi_side.note)
     if world.rank == 0:
         driver.print_header(header_lines(args, world, peers, lines))
     # The pycomm group's barrier, where there is one, aligns the ceiling's copies more
@@ -234,15 +310,19 @@ def run(args):
     rows, summary = driver.sweep_tables(
         world, args.patterns, sizes, peers=peers,
         measure=lambda name, size: measure.measure(PATTERNS[name], size, peers),
-        table_of=lambda name: table_of(PATTERNS[name], peers, bool(mpi_rows)),
+        table_of=lambda name: table_of(PATTERNS[name], peers, mpi_side),
         title_of=lambda name: table_title(PATTERNS[name]),
         row_of=lambda name, measured: make_row(args, world, PATTERNS[name], measured, peers,
-                                               primary, mpi_rows),
+                                               primary, mpi_side.rows),
         summary_of=lambda name, mine: pattern_summary(PATTERNS[name], mine, primary))
     if world.rank == 0:
         total = sum(r["wrong"] for r in rows)
-        driver.report(args, f"summary (pycomm #wrong total: {total}):", summary, rows,
-                      meta_of(args, world, peers, lines, mpi_meta))
+        lo, hi, _ = NET_MPI_TARGET
+        driver.report(args, f"summary (pycomm #wrong total: {total}); target: pycomm <= mpi + "
+                            f"torch from {human(lo)} to {human(hi)} in every pattern (torch: "
+                            f"its own per-call cost, the null backend's time in these turns; "
+                            f"each size judged with its rounds' range):", summary, rows,
+                      meta_of(args, world, peers, lines, mpi_side.meta))
 
 
 def parse_args(argv=None):
@@ -272,4 +352,4 @@ def parse_args(argv=None):
 
 
 if __name__ == "__main__":
-    driver.main(parse_args, run)
+    driver.main(parse_args, run, mpi_in_turns=True)

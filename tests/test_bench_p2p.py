@@ -1,13 +1,15 @@
 """bench/p2p_perf.py end to end, quickly: 2 CPU ranks, two tiny sizes, one round, through
 its command line; every pattern and peer in the JSON, every check exact.
 
-One run serves every check (spawning ranks costs seconds on a 2-core host). The Open MPI
-column is checked where mpirun and mpi4py are installed, and must be absent, saying why,
-where they are not.
+One run serves every check (starting ranks costs seconds on a 2-core host). The Open MPI
+column is checked where mpirun and mpi4py are installed (timed in turns, in the bench's own
+ranks under mpirun), and must be absent, saying why, where they are not. The torch floor
+(the null backend) is a column of every pattern.
 """
 import importlib.util
 import json
 import shutil
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -75,9 +77,10 @@ def test_pycomm_column(run):
     assert "pycomm #wrong total: 0" in stdout
 
 
-def test_c10d_column_splits_torch_from_pycomm(run):
-    """pyc-c10d (the backend called directly) times and checks the latency pattern only, and
-    the latency summary gives torch's share as the difference of the two columns."""
+def test_c10d_column_beside_the_measured_floor(run):
+    """pyc-c10d (the backend called directly) times and checks the latency pattern only; the
+    latency summary gives torch's per-call cost as the null backend measured it, with the
+    old estimate (pycomm - pyc-c10d) beside it."""
     path, stdout = run
     data = json.loads(path.read_text())
     us = schema.column(schema.PYCOMM_C10D, "us")
@@ -89,9 +92,36 @@ def test_c10d_column_splits_torch_from_pycomm(run):
     first = next(r for r in data["rows"] if r["collective"] == PATTERNS["latency"].collective)
     line = next(s["line"] for s in data["summary"] if s["collective"] == first["collective"])
     share = first[schema.column(schema.PYCOMM_BACKEND, "us")] - first[us]
-    assert f"torch's per-call cost {share:.2f} us" in line, line
-    assert ("pycomm / (mpi + torch's) = " in line) == HAS_MPI, line
+    assert (f"at 8 B: torch's per-call cost measured {first['torch_floor_us']:.2f} us "
+            f"(estimate pycomm - pyc-c10d: {share:.2f} us)") in line, line
     assert "pyc-c10d us" in stdout
+
+
+def test_torch_floor_column(run):
+    """The null backend's column in every pattern, through the same dist.* calls, unchecked,
+    below pycomm; pyc-torch and (pyc-torch)/mpi in the table; and per pattern the target
+    pycomm <= mpi + torch from 8 B to 32 KiB judged in the summary."""
+    path, stdout = run
+    data = json.loads(path.read_text())
+    rows = data["rows"]
+    for r in rows:
+        assert r["torch_floor_us"] > 0 and r["torch_floor_wrong"] is None, r
+        assert r["pycomm_minus_torch_us"] == pytest.approx(
+            r["pycomm_backend_us"] - r["torch_floor_us"])
+        if HAS_MPI:
+            assert r["pycomm_minus_torch_over_mpi"] == pytest.approx(
+                r["pycomm_minus_torch_us"] / r["mpi_us"])
+    assert (statistics.median(r["torch_floor_us"] for r in rows)
+            < statistics.median(r["pycomm_backend_us"] for r in rows))
+    assert "torch = dist.new_group(backend='pycomm_null')" in stdout
+    assert stdout.count("|   torch us  +-% |") == 3 and "pyc-torch us" in stdout
+    assert ("(pyc-torch)/mpi" in stdout) == HAS_MPI
+    assert "target: pycomm <= mpi + torch from 8 B to 32 KiB in every pattern" in stdout
+    for s in data["summary"]:
+        assert "pycomm <= mpi + torch at 8 B..32 KiB: " in s["line"], s["line"]
+        assert "net_mpi_target_met" in s
+        if not HAS_MPI:
+            assert s["net_mpi_target_met"] is None
 
 
 def test_mpi_column(run):
@@ -103,8 +133,9 @@ def test_mpi_column(run):
         return
     for r in rows:
         assert r["mpi_us"] > 0 and r["mpi_wrong"] == 0, r
-        assert r["pycomm_over_mpi"] > 0, r
-    assert "timed in its own mpirun launch" in stdout
+        assert r["pycomm_over_mpi"] > 0 and r["mpi_in_turns"] is True, r
+    assert "timed in turns with the others" in stdout
+    assert "timed in its own mpirun launch" not in stdout
 
 
 def test_table(run):

@@ -3,7 +3,8 @@ thin drivers over them (their command lines, tables and JSON are theirs).
 
     driver       the skeleton every driver shares: start the ranks, the header, one table per
                  item swept size by size, the summary and the JSON file
-    launch       starting the ranks: under torchrun, or spawned here, and rank 0's result back
+    launch       starting the ranks: under torchrun, under mpirun (each rank an MPI rank too),
+                 or spawned here, and rank 0's result back
     world        one rank's view: rank, size, device, and agreement across the ranks
     sizes        message sizes: parsing "64K", the -b/-e/-f sweep, printing them
     collectives  each collective described once, as nccl-tests does: bytes moved, bus-bandwidth
@@ -22,7 +23,8 @@ thin drivers over them (their command lines, tables and JSON are theirs).
     calibration  the all-reduce sweep that fits the scaling model's alpha and B
     table        the fixed-width text table (nccl-tests' columns)
     peers/       the implementations measured beside pycomm: gloo, mpi (and mpi_p2p),
-                 deepspeed, nccl, symm_mem, and pycomm's own columns
+                 deepspeed, nccl, symm_mem, pycomm's own columns, and torch_floor (torch's
+                 own per-call cost)
     pipeline_model  the pipeline that bench/pipeline_perf.py times
   DDP training (bench/ddp_resnet50.py):
     ddp_modes    the modes: a hook (or none) and a group for DDP's buckets each
@@ -36,8 +38,8 @@ thin drivers over them (their command lines, tables and JSON are theirs).
 The JSON layout is pycomm.tools.results_schema, which the installed scaling model reads too.
 
 bench/mpi_worker.py runs under mpirun with numpy alone: the modules it imports (collectives,
-p2p, patterns, checks, timing, launch, peers.mpi, peers.mpi_p2p) import neither torch nor
-numpy at their top level.
+p2p, patterns, checks, timing, launch, peers.peer, peers.mpi, peers.mpi_p2p) import neither
+torch nor numpy at their top level.
 """
 import os
 import sys

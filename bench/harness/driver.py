@@ -5,6 +5,7 @@ one measurement and the summary of one item."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from pycomm.tools import results_schema as schema
@@ -40,7 +41,8 @@ def add_sweep_options(p, per: str):
                    help="untimed calls before each measurement")
     p.add_argument("--no-mpi", action="store_true", help="skip the Open MPI column")
     p.add_argument("--mpi-timeout", type=float, default=3600, metavar="SECONDS",
-                   help="seconds the mpirun launch may take")
+                   help="seconds Open MPI's own mpirun launch may take, and at most the "
+                        "bench's ranks under mpirun to come up (180 at most)")
     add_json_option(p)
 
 
@@ -68,11 +70,20 @@ def chosen_names(p, option: str, text: str, known) -> list:
     return list(dict.fromkeys(names))
 
 
-def main(parse_args, run, argv=None, backend: str = "gloo"):
+def main(parse_args, run, argv=None, backend: str = "gloo", mpi_in_turns: bool = False):
     """A driver's command: parse its options, then run(args) on --nproc ranks (torchrun's
-    ranks when it started us)."""
+    ranks when it started us). mpi_in_turns (a driver with an Open MPI column, unless
+    --no-mpi): the ranks are started by mpirun where it and mpi4py allow, so that Open MPI
+    is timed in the same processes (harness.peers.mpi.side), else spawned as before."""
     args = parse_args(argv)
-    launch(run, args, args.nproc, backend)
+    jointly = None
+    if mpi_in_turns and not args.no_mpi:
+        from .peers import mpi
+
+        script = os.path.abspath(sys.argv[0])
+        jointly = mpi.jointly([script, *(sys.argv[1:] if argv is None else map(str, argv))],
+                              min(args.mpi_timeout, mpi.JOINT_START_S))
+    launch(run, args, args.nproc, backend, jointly)
 
 
 def print_header(lines):

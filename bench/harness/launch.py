@@ -1,15 +1,41 @@
-"""How the benchmarks start their ranks: under torchrun (RANK and WORLD_SIZE set), or as
-local processes they spawn themselves; and how rank 0's result reaches the process that
-spawned them."""
+"""How the benchmarks start their ranks: under torchrun (RANK and WORLD_SIZE set), under
+mpirun (OMPI_COMM_WORLD_RANK set: each rank is an MPI rank too, so a bench can time Open MPI
+in the same processes, in turns with the torch peers), or as local processes they spawn
+themselves; and how rank 0's result reaches the process that started them."""
 from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
+
+# Set by the launch for the ranks it starts under mpirun: where rank 0 writes, once every
+# rank has joined the torch group, that they are up (the joint launch has started), and
+# where it writes its result.
+STARTED_ENV = "PYCOMM_BENCH_MPIRUN_STARTED"
+RESULT_ENV = "PYCOMM_BENCH_MPIRUN_RESULT"
+# Set for spawned ranks when a joint mpirun launch was wanted and did not happen: why.
+NOT_JOINT_ENV = "PYCOMM_BENCH_NOT_UNDER_MPIRUN"
+# The variables of torch's rendezvous, which a launch of ranks must not inherit.
+TORCH_RANKS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+
+# Whether this process is an MPI rank of the bench's own world (set by _mpirun_rank).
+_mpi_world = False
 
 
 def under_torchrun() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def under_mpirun() -> bool:
+    """Started by mpirun (Open MPI's variables) and not by torchrun."""
+    return "OMPI_COMM_WORLD_RANK" in os.environ and not under_torchrun()
+
+
+def ranks_are_mpi_ranks() -> bool:
+    """Whether this rank is also rank RANK of MPI's COMM_WORLD, of the same size (the ranks
+    were started by mpirun): Open MPI can then be timed here, in turns with the others."""
+    return _mpi_world
 
 
 def _rank_entry(rank, world_size, port, backend, main, args, result_path):
@@ -24,7 +50,7 @@ def _rank_entry(rank, world_size, port, backend, main, args, result_path):
             json.dump(result, f)
 
 
-def _run_rank(backend, main, args, **store_args):
+def _run_rank(backend, main, args, on_ready=None, **store_args):
     import torch
     import torch.distributed as dist
 
@@ -32,6 +58,8 @@ def _run_rank(backend, main, args, **store_args):
     torch.set_num_threads(int(os.environ.get("PYCOMM_BENCH_THREADS", "1")))
     dist.init_process_group(backend, **store_args)
     try:
+        if on_ready is not None:
+            on_ready()
         return main(args)
     finally:
         import pycomm
@@ -40,15 +68,80 @@ def _run_rank(backend, main, args, **store_args):
         dist.destroy_process_group()
 
 
-def launch(main, args, nproc: int, backend: str = "gloo"):
-    """Runs main(args) on every rank: here if torchrun started us, else in `nproc` spawned
-    processes. Returns what main returned: this rank's under torchrun; rank 0's (through a
-    JSON file, so it must be JSON-able) when spawned, None if it returned nothing."""
+def _mpirun_rank(backend, main, args):
+    """One rank started by mpirun: its rank, size and local rank from Open MPI's variables,
+    MPI initialised (mpi4py) before torch's group, whose store rank 0 opens on a free port
+    and whose port MPI hands the others (MASTER_ADDR and MASTER_PORT are set to it, unless
+    given). An exception on any rank aborts the whole MPI job, as a failed spawned rank
+    ends the others."""
+    global _mpi_world
+    import traceback
+
+    import torch.distributed as dist
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+    size = int(os.environ["OMPI_COMM_WORLD_SIZE"])
+    if (comm.Get_rank(), comm.Get_size()) != (rank, size):
+        raise RuntimeError(f"mpirun's variables say rank {rank} of {size}, MPI says "
+                           f"{comm.Get_rank()} of {comm.Get_size()}")
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(size),
+                      LOCAL_RANK=os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", str(rank)),
+                      LOCAL_WORLD_SIZE=os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE", str(size)))
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    store = None
+    if "MASTER_PORT" not in os.environ:
+        if rank == 0:
+            store = dist.TCPStore(os.environ["MASTER_ADDR"], 0, size, is_master=True,
+                                  wait_for_workers=False)
+        port = comm.bcast(store.port if store is not None else None, root=0)
+        os.environ["MASTER_PORT"] = str(port)
+        if store is None:
+            store = dist.TCPStore(os.environ["MASTER_ADDR"], port, size, is_master=False)
+    store_args = dict(store=store, rank=rank, world_size=size) if store is not None else {}
+    _mpi_world = True
+
+    def ready():
+        dist.barrier()
+        if rank == 0 and os.environ.get(STARTED_ENV):
+            with open(os.environ[STARTED_ENV], "w") as f:
+                f.write("up\n")
+
+    try:
+        result = _run_rank(backend, main, args, on_ready=ready, **store_args)
+    except BaseException:  # noqa: BLE001 - every rank must end, not wait on this one
+        traceback.print_exc()
+        sys.stderr.flush()
+        sys.stdout.flush()
+        comm.Abort(1)
+        raise
+    if rank == 0 and result is not None and os.environ.get(RESULT_ENV):
+        with open(os.environ[RESULT_ENV], "w") as f:
+            json.dump(result, f)
+    return result
+
+
+def launch(main, args, nproc: int, backend: str = "gloo", jointly=None):
+    """Runs main(args) on every rank: here if torchrun or mpirun started us, else in `nproc`
+    ranks started here: first through jointly(nproc) where given (a launch of this command
+    under mpirun, which returns (ran, rank 0's result or why it could not start); ranks
+    that started and failed end this process with their exit status), else, or where that
+    could not start, as spawned processes. Returns what main returned: this rank's under
+    torchrun or mpirun; rank 0's (through a JSON file, so it must be JSON-able) when started
+    here, None if it returned nothing."""
     if under_torchrun():
         return _run_rank(backend, main, args)
+    if under_mpirun():
+        return _mpirun_rank(backend, main, args)
     # Single-threaded BLAS in every rank, before torch is imported there.
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
+    if jointly is not None:
+        ran, out = jointly(nproc)
+        if ran:
+            return out
+        os.environ[NOT_JOINT_ENV] = out
     import torch.distributed as dist
     import torch.multiprocessing as mp
 

@@ -14,9 +14,13 @@ from pycomm.tools import results_schema as schema
 
 from .ceilings import CopyCeiling, ceiling_bytes
 from .collectives import check
+from .peers import torch_floor
 from .sizes import human
 from .table import Column
 from .timing import per_call_median, summarize
+
+# A row's flag: Open MPI was timed in the bench's own ranks, in turns with the other peers.
+MPI_IN_TURNS = "mpi_in_turns"
 
 
 class Sweep:
@@ -124,17 +128,24 @@ def peer_columns(key: str, rounds_s, nbytes: int, factor: float, wrong, failed=N
 def add_measurements(row: dict, name: str, times, t_ceiling, wrong, peers, primary,
                      mpi_row=None) -> dict:
     """Fills a row (its size and busbw_factor already set) with one size's measurement of
-    item `name`: each peer's columns, Open MPI's (mpi_row: its launch's row, {} when it has
-    none for this size; None when there is no MPI column), the ceiling, and the ratios of
-    the `primary` peer ("pycomm" in the ratios) to the ceiling, gloo and MPI."""
+    item `name`: each peer's columns, Open MPI's (a peer among `peers` where it runs in the
+    bench's own ranks, in turns; else mpi_row: its own launch's row, {} when it has none for
+    this size, None when there is no MPI column), the ceiling, the ratios of the `primary`
+    peer ("pycomm" in the ratios) to the ceiling, gloo and MPI, and where the torch floor
+    was measured, pycomm minus it and that over MPI (harness.peers.torch_floor)."""
     nbytes, factor = row[schema.SIZE], row[schema.BUSBW_FACTOR]
+    in_turns = False
     for p in peers:
         if name in p.calls:
             row.update(peer_columns(p.key, times.get(p.key) or [], nbytes, factor,
                                     wrong.get(p.key), p.failed.get(name)))
-    if mpi_row is not None:
+            in_turns = in_turns or p.key == schema.MPI
+    if mpi_row is not None and not in_turns:
         row.update(peer_columns(schema.MPI, [x * 1e-6 for x in mpi_row.get("rounds_us") or []],
                                 nbytes, factor, mpi_row.get("wrong"), mpi_row.get("note")))
+    if in_turns or mpi_row is not None:
+        # Whether MPI's rounds pair with the others' (harness.verdicts).
+        row[MPI_IN_TURNS] = in_turns
     ceil = statistics.median(t_ceiling) * 1e6 if t_ceiling else None
     prim = row.get(schema.column(primary.key, "us")) if primary else None
     g, mu = row.get(schema.column(schema.GLOO, "us")), row.get(schema.column(schema.MPI, "us"))
@@ -142,6 +153,8 @@ def add_measurements(row: dict, name: str, times, t_ceiling, wrong, peers, prima
                 schema.FRAC_OF_CEILING: ceil / prim if ceil and prim else None,
                 schema.GLOO_OVER_PYCOMM: g / prim if g and prim else None,
                 schema.PYCOMM_OVER_MPI: prim / mu if prim and mu else None})
+    if any(p.key == torch_floor.KEY and name in p.calls for p in peers):
+        row.update(torch_floor.derived(row, primary.key if primary else None))
     return row
 
 
@@ -152,11 +165,24 @@ def pycomm_wrong(row: dict) -> int:
 
 def peer_table_columns(labels_keys, bandwidths) -> list:
     """The table's columns of each (label, key) peer: time, spread, the bandwidth columns
-    ((title, field, format) of each), #wrong, then a separator."""
+    ((title, field, format) of each), #wrong, then a separator; the torch floor, which
+    moves nothing and is not checked, has its time and spread alone."""
     cols = []
     for label, key in labels_keys:
         cols += [Column(f"{label} us", max(10, len(label) + 3), f"{key}_us", ".2f"),
                  Column("+-%", 4, f"{key}_spread", ".0f", 100)]
+        if key == torch_floor.KEY:
+            cols.append(None)
+            continue
         cols += [Column(title, 7, f"{key}_{field}", spec) for title, field, spec in bandwidths]
         cols += [Column("#wrong", 6, f"{key}_wrong", "d"), None]
+    return cols
+
+
+def floor_table_columns(has_mpi: bool) -> list:
+    """The columns the torch floor adds beside the ratios: pycomm's own share of a call
+    (pycomm - torch) and, with an MPI column, that share over MPI's time."""
+    cols = [Column("pyc-torch us", 12, torch_floor.MINUS_US, ".2f")]
+    if has_mpi:
+        cols.append(Column("(pyc-torch)/mpi", 15, torch_floor.MINUS_OVER_MPI, ".2f"))
     return cols

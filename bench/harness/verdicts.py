@@ -2,10 +2,17 @@
 run (the best peer, the ceiling), with the rounds' spread, never against one median alone.
 
 A ratio of two columns is taken round by round where both were measured in the same turns
-(gloo, DeepSpeed, the ceiling: a slow spell touches both alike), giving the median of the
-rounds' ratios and their range. Open MPI runs in a launch of its own, so its rounds pair with
-none of the others': its ratio is the ratio of the medians, and its range the widest the
-rounds allow (fastest over slowest, slowest over fastest).
+(gloo, DeepSpeed, the ceiling, the torch floor: a slow spell touches both alike), giving the
+median of the rounds' ratios and their range. Open MPI is measured in the same turns where
+its ranks are the bench's own (a row's `mpi_in_turns` is true: one mpirun launch); where it
+ran in a launch of its own, its rounds pair with none of the others': its ratio is the ratio
+of the medians, and its range the widest the rounds allow (fastest over slowest, slowest
+over fastest).
+
+torch's own per-call cost is measured as a column of its own (`torch_floor`: the same dist.*
+calls on a backend that completes at once), in the same turns as pycomm. pycomm's time minus
+it is the backend's own share, and "pycomm within Open MPI's time plus torch's cost" is
+(pycomm - floor) / mpi <= 1, the difference taken round by round.
 
 A target "at most x" is met when the whole range is at most x, missed when the whole range
 is above it, and otherwise within the spread: the rounds cannot tell ("at least x" alike).
@@ -25,8 +32,11 @@ from typing import Optional, Sequence, Tuple
 Spread = Tuple[float, float, float]  # (median, lowest, highest)
 
 # The peers that can be the best peer: (column prefix, name, measured in the same turns as
-# pycomm). gloo is not one (see the module doc).
+# pycomm). gloo is not one (see the module doc). Open MPI's rounds pair with pycomm's where
+# the row says so (<prefix>_in_turns).
 BEST_PEERS = (("mpi", "Open MPI", False), ("deepspeed", "DeepSpeed", True))
+# The column of torch's own per-call cost (bench/harness/peers/torch_floor.py).
+FLOOR = "torch_floor"
 
 
 def ratio(num: Sequence[float], den: Sequence[float], paired: bool) -> Optional[Spread]:
@@ -78,18 +88,37 @@ def _rounds(row: dict, peer: str) -> list:
     return row.get(f"{peer}_rounds_us") or []
 
 
+def in_turns(row: dict, prefix: str, paired: bool = False) -> bool:
+    """Whether a peer's rounds pair with pycomm's: always for one measured in the same turns
+    (`paired`), and for Open MPI where the row says its launch was the bench's own."""
+    return paired or bool(row.get(f"{prefix}_in_turns"))
+
+
+def net_ratio(row: dict, primary: str, den: str = "mpi",
+              floor: str = FLOOR) -> Optional[Spread]:
+    """(pycomm - floor) / den over the rounds: pycomm's time less torch's own per-call cost,
+    round by round (both are measured in the same turns), over the `den` column (paired
+    where its rounds are in the same turns too); None where a column is missing."""
+    mine, low = _rounds(row, primary), _rounds(row, floor)
+    if not mine or len(mine) != len(low) or not row.get(f"{den}_us"):
+        return None
+    return ratio([a - b for a, b in zip(mine, low)], _rounds(row, den), in_turns(row, den))
+
+
 def judge(row: dict, primary: str, at_most: float = 1.0) -> dict:
     """One row judged for its pycomm column `primary`: "pycomm", its rounds (us, Spread);
     "best", None or (the best peer's name, pycomm / it (Spread), verdict against at_most);
     "of_ceil", the ceiling / pycomm over pycomm's rounds; "gloo", gloo / pycomm round by
-    round (None where a column is missing)."""
+    round; "floor", torch's per-call cost (us, Spread); "net_mpi", (pycomm - floor) / Open
+    MPI (net_ratio) (None where a column is missing)."""
     mine = _rounds(row, primary)
     present = [p for p in BEST_PEERS if row.get(f"{p[0]}_us")]
     best = None
     if present:
         key, name, paired = min(present, key=lambda p: row[f"{p[0]}_us"])
-        r = ratio(mine, _rounds(row, key), paired)
+        r = ratio(mine, _rounds(row, key), in_turns(row, key, paired))
         best = None if r is None else (name, r, verdict(r, at_most))
     return dict(pycomm=spread(mine), best=best,
                 of_ceil=ratio([row.get("ceiling_us")], mine, paired=False),
-                gloo=ratio(_rounds(row, "gloo"), mine, paired=True))
+                gloo=ratio(_rounds(row, "gloo"), mine, paired=True),
+                floor=spread(_rounds(row, FLOOR)), net_mpi=net_ratio(row, primary))

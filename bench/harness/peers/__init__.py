@@ -8,9 +8,13 @@ own columns. A peer that cannot run here says why in one line instead of failing
               the restore-on-failure copy), and its CUDA algorithms
     fake_hosts  --hosts: the hierarchical backend over ranks posing as hosts, and the intra-
               and inter-host sweeps that calibrate the scaling model
-    mpi       Open MPI through mpi4py, timed in its own mpirun launch
-    mpi_p2p   Open MPI's point-to-point column (harness.p2p's patterns), under mpirun
-    deepspeed DeepSpeed's shared-memory all-reduce
+    mpi       Open MPI through mpi4py: in the bench's own ranks, in turns with the others,
+              where mpirun started them; else timed in its own mpirun launch
+    mpi_p2p   Open MPI's point-to-point column (harness.p2p's patterns), either way
+    torch_floor  torch's own per-call cost: the same dist.* calls on a backend that moves
+              nothing (pycomm._C.make_null_backend), the floor under the pycomm column
+    deepspeed DeepSpeed's shared-memory all-reduce (its op torch.ops.deepspeed.
+              inference_all_reduce_)
     nccl      whether NCCL can run these ranks on these GPUs, and its all-reduce
     symm_mem  PyTorch's symmetric-memory one-shot and two-shot all-reduces
 """

@@ -1,5 +1,7 @@
 """Open MPI's column of bench/p2p_perf.py: harness.p2p's patterns with mpi4py on numpy
-buffers, under mpirun (bench/mpi_worker.py), as peers/mpi.py runs the collectives.
+buffers, in the bench's own ranks where mpirun started them (peer(): timed in turns with the
+others), else in a launch of its own (serve(), under bench/mpi_worker.py), as peers/mpi.py
+runs the collectives.
 
 The plan: the dtype, the timing budget, and per item the pattern with its layout (count,
 size, window, check_window). Per item this returns the rounds' times per unit (half a round
@@ -8,9 +10,32 @@ trip, one message of a window, one exchange: p2p.Pattern.per_call), timed as eve
 on distinct patterned buffers, summed over the ranks."""
 from __future__ import annotations
 
-from ..p2p import PATTERNS, buffers, count_wrong, fill_for_check
+from ..p2p import PATTERNS, Buffers, buffers, count_wrong, fill_for_check
 from ..timing import per_call_median
-from .mpi import NUMPY, library_meta
+from .mpi import NUMPY, library_meta, numpy_view, on_views, same_world
+from .peer import Peer
+
+
+def peer(world, comm) -> Peer:
+    """Open MPI's column in these ranks (the bench started them under mpirun), timed in turns
+    with the others: each pattern's mpi4py calls on numpy views of the sweep's torch
+    buffers, checked by the same check."""
+    from mpi4py import MPI
+
+    same_world(world, comm)
+
+    def on_numpy(call):
+        def bind(b):
+            views = Buffers(send=[numpy_view(t) for t in b.send],
+                            recv=[numpy_view(t) for t in b.recv], ack=numpy_view(b.ack))
+            return lambda: call(views)
+        return on_views(bind)
+
+    p = Peer("mpi", "mpi", "")
+    p.notes = []
+    p.calls = {name: on_numpy(pattern.mpi_call(MPI, comm)) for name, pattern in PATTERNS.items()}
+    p.exact = {name: True for name in PATTERNS}
+    return p
 
 
 def serve(plan: dict) -> dict:
