@@ -51,7 +51,8 @@ def route(collective: str, *, hosts: int = 1, local_size: int = 1, uniform: bool
           direct_max_bytes: Optional[int] = None, dtype: str = "float32", op: str = "sum",
           contiguous: bool = True, domains: int = 1, smallest_domain: Optional[int] = None,
           two_level: Optional[str] = None, two_level_min_bytes: Optional[int] = None,
-          single_copy: bool = False, single_copy_min_bytes: Optional[int] = None) -> Route:
+          single_copy: bool = False, single_copy_min_bytes: Optional[int] = None,
+          single_copy_rooted_max_bytes: Optional[int] = None) -> Route:
     """The route of `collective` with `count` elements of `itemsize` bytes per rank's input
     (all_reduce: the tensor) on `hosts` hosts of `local_size` ranks, pinned to `domains`
     NUMA domains (one host; 1: one, or not pinned) of at least `smallest_domain` ranks each
@@ -72,6 +73,8 @@ def route(collective: str, *, hosts: int = 1, local_size: int = 1, uniform: bool
         smallest_domain = local_size // domains
     if single_copy_min_bytes is None:
         single_copy_min_bytes = setting("single_copy_min_bytes")
+    if single_copy_rooted_max_bytes is None:
+        single_copy_rooted_max_bytes = setting("single_copy_rooted_max_bytes")
     return Route(*_C.route(collective, cuda=cuda, sparse=sparse, native_op=native_op,
                            hosts=hosts, uniform=uniform, local_size=local_size, count=count,
                            bytes=count * itemsize, direct_max_bytes=direct_max_bytes,
@@ -79,7 +82,8 @@ def route(collective: str, *, hosts: int = 1, local_size: int = 1, uniform: bool
                            contiguous=contiguous, domains=domains,
                            smallest_domain=smallest_domain, two_level=two_level,
                            two_level_min_bytes=two_level_min_bytes, single_copy=single_copy,
-                           single_copy_min_bytes=single_copy_min_bytes))
+                           single_copy_min_bytes=single_copy_min_bytes,
+                           single_copy_rooted_max_bytes=single_copy_rooted_max_bytes))
 
 
 def all_reduce_route(*, hosts: int, local_size: int, nbytes: int, itemsize: int = 4,

@@ -16,34 +16,44 @@ from pycomm import _C, routing
 from process_world import reference_group
 
 
-def _route(collective, nbytes, single_copy=True, local_size=2, min_bytes=64 << 10, **kw):
+def _route(collective, nbytes, single_copy=True, local_size=2, min_bytes=32 << 10, rooted_max=1 << 20, **kw):
     return routing.route(collective, local_size=local_size, count=nbytes // 4, single_copy=single_copy,
-                         single_copy_min_bytes=min_bytes, direct_max_bytes=64 << 10, **kw).algorithm
+                         single_copy_min_bytes=min_bytes, single_copy_rooted_max_bytes=rooted_max,
+                         direct_max_bytes=64 << 10, **kw).algorithm
 
 
-def test_the_table_takes_the_single_copy_where_the_group_reads_its_peers():
-    for c in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "gather", "scatter"):
+def test_the_table_takes_the_single_copy_where_it_was_measured_to_win():
+    for c in ("all_gather", "reduce_scatter", "broadcast", "gather", "scatter"):
         assert _route(c, 1 << 20) == "single_copy"
-        assert _route(c, 64 << 10) == "single_copy"          # the threshold is inclusive
+        assert _route(c, 32 << 10) == "single_copy"          # the threshold is inclusive
         assert _route(c, 1 << 20, single_copy=False) != "single_copy"
         assert _route(c, 1 << 20, local_size=1) != "single_copy"  # nobody to read
+        assert _route(c, 16 << 10) != "single_copy"
+    # The rooted ones stage above their maximum, where the root's copy in overlaps the others'.
+    for c in ("broadcast", "gather", "scatter"):
+        assert _route(c, (1 << 20) + 4) == "direct"
+        assert _route(c, 16 << 20, rooted_max=32 << 20) == "single_copy"
+    assert _route("all_gather", 16 << 20) == "single_copy"
+    # all_reduce takes it only where asked for (the ring was as fast); reduce keeps its
+    # staging (read by the root alone, the reduction would fall to one core); all_to_all
+    # stays pairwise, its large blocks going straight inside it.
+    assert _route("all_reduce", 16 << 20) == "ring"
     assert _route("all_reduce", 32 << 10) == "direct"
-    assert _route("all_reduce", 128 << 10, min_bytes=1 << 20) == "ring"
-    assert _route("broadcast", 32 << 10) == "direct"
-    # reduce keeps its staging (read by the root alone, the reduction would fall to one
-    # core); all_to_all stays pairwise, its large blocks going straight inside it.
     assert _route("reduce", 1 << 20) == "direct"
     assert _route("all_to_all", 1 << 20) == "pairwise"
     # Across hosts, the hierarchical plan's.
-    assert routing.route("all_reduce", hosts=2, local_size=2, count=1 << 20,
+    assert routing.route("all_gather", hosts=2, local_size=2, count=1 << 20,
                          single_copy=True).plan == "hierarchical"
     assert "single_copy" in routing.ALGORITHMS and "single_copy" in routing.DESCRIPTIONS
 
 
-def test_the_threshold_is_read_from_its_variable(monkeypatch):
-    def algo():
-        return routing.route("broadcast", local_size=2, count=(128 << 10) // 4, single_copy=True).algorithm
+def test_the_thresholds_are_read_from_their_variables(monkeypatch):
+    def algo(nbytes=128 << 10):
+        return routing.route("broadcast", local_size=2, count=nbytes // 4, single_copy=True).algorithm
     assert algo() == "single_copy"
+    assert algo(2 << 20) == "direct"
+    monkeypatch.setenv("PYCOMM_SINGLE_COPY_ROOTED_MAX_KB", "4096")
+    assert algo(2 << 20) == "single_copy"
     monkeypatch.setenv("PYCOMM_SINGLE_COPY_MIN_KB", "256")
     assert algo() == "direct"
     monkeypatch.setenv("PYCOMM_SINGLE_COPY", "sometimes")
@@ -58,7 +68,7 @@ def test_doctor_says_whether_and_why(monkeypatch):
     info = doctor._single_copy()
     assert info["unavailable"] == ""  # this host: a child reads its parent
     line = "\n".join(doctor._single_copy_lines(info))
-    assert line.startswith("single copy  auto: messages of 64 KiB a rank and more are copied once")
+    assert line.startswith("single copy  auto: messages of 32 KiB a rank and more are copied once")
     off = dict(info, setting="off")
     assert "every message goes through the shared-memory staging" in doctor._single_copy_lines(off)[0]
     refused = dict(info, unavailable="process_vm_readv: Operation not permitted (a seccomp profile)")
@@ -135,7 +145,8 @@ def test_every_rank_agrees_and_one_rank_off_turns_it_off_for_all(worlds):
         assert r["asked_left"] == [1.0] * 8
 
 
-SIZES = [1, 1000, 16383, 16384, 16385, 100003, (1 << 20) + 5]  # elements; the threshold is 16384 floats
+SIZES = [1, 1000, 16383, 16384, 16385, 100003, 262144, 262145, (1 << 20) + 5]
+# elements: 64 KiB of floats at 16384, 1 MiB (the rooted ones' maximum) at 262144
 
 
 def collectives_case(threshold_kb):
@@ -162,6 +173,9 @@ def collectives_case(threshold_kb):
             y = x.clone()
             pycomm.all_reduce(y, group=group)  # the direct API, restore_on_failure by default
             same(f"pycomm.all_reduce {n} {dtype}", y, b)
+            y = x.clone()
+            pycomm.all_reduce(y, group=group, algorithm="single_copy")
+            same(f"pycomm.all_reduce single_copy {n} {dtype}", y, b)
             for root in range(world):
                 a, b = x.clone(), x.clone()
                 dist.broadcast(a, root, group=group)

@@ -36,15 +36,23 @@ bool takes_two_level(const RouteQuery& q) {
 }
 
 // Whether a collective of one host goes by its single-copy form (routing.h).
+// Measured on the 2-core host, 2 ranks, against the staging path in turns
+// (bench/collectives_perf.py, docs/performance.md): all_gather and
+// reduce_scatter gain from 32 KiB up (all_gather 1 MiB: 50 us against 82);
+// broadcast, gather and scatter only up to single_copy_rooted_max_bytes
+// (broadcast 512 KiB: 22 us against 33; 2 MiB: 199 against 158), above which
+// the staging path's two copies overlap on two cores while the single copy
+// leaves the root's core idle; all_reduce's single-copy form never beat the
+// ring there (16 MiB: 1984 us against 1957; 1 MiB: 163 against 112), so it
+// runs only where asked for.
 bool takes_single_copy(const RouteQuery& q) {
+  if (!q.single_copy || q.local_size < 2 || q.bytes == 0 || q.bytes < q.single_copy_min_bytes) return false;
   switch (q.collective) {
-    case Collective::kAllReduce:
     case Collective::kAllGather:
-    case Collective::kReduceScatter:
+    case Collective::kReduceScatter: return true;
     case Collective::kBroadcast:
     case Collective::kGather:
-    case Collective::kScatter:
-      return q.single_copy && q.local_size > 1 && q.bytes >= q.single_copy_min_bytes && q.bytes > 0;
+    case Collective::kScatter: return q.bytes <= q.single_copy_rooted_max_bytes;
     default: return false;
   }
 }

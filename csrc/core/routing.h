@@ -75,21 +75,25 @@ struct RouteQuery {
   TwoLevel two_level = TwoLevel::kAuto;
   size_t two_level_min_bytes = 0;
   // One host: whether its ranks read each other's memory (agreed at set-up,
-  // transport/cross_memory.h), and CollectiveTuning::single_copy_min_bytes.
+  // transport/cross_memory.h), and CollectiveTuning::single_copy_min_bytes and
+  // single_copy_rooted_max_bytes.
   bool single_copy = false;
   size_t single_copy_min_bytes = 0;
+  size_t single_copy_rooted_max_bytes = 0;
 };
 
 Route route(const RouteQuery& q);
 
 // The rule for one host's all_reduce, reduce_scatter and all_gather: direct up
 // to direct_max_bytes of input per rank, the ring above (one rank: direct).
-// Where the ranks read each other's memory, route() sends these and
-// broadcast, gather and scatter of at least single_copy_min_bytes a rank to
-// the single-copy form instead (reduce keeps its staging: read by the root
-// alone, the whole reduction would fall to one core); all_to_all stays
-// pairwise, and its blocks of that size go straight (each sender says which,
-// so a block's two ends never disagree).
+// Where the ranks read each other's memory, route() sends all_gather and
+// reduce_scatter of at least single_copy_min_bytes a rank to the single-copy
+// form instead, and broadcast, gather and scatter of that size up to
+// single_copy_rooted_max_bytes (routing.cpp says why); all_reduce takes it
+// only where asked for, and reduce keeps its staging (read by the root alone,
+// the whole reduction would fall to one core); all_to_all stays pairwise, and
+// its blocks of single_copy_min_bytes and more go straight (each sender says
+// which, so a block's two ends never disagree).
 // route() answers it for a call on one host (where the ranks span NUMA
 // domains of two ranks or more, an all_reduce the ring would run may take
 // two_level instead: routing.cpp); the

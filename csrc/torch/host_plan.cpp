@@ -13,7 +13,8 @@ HostPlan::HostPlan(int world, const core::CommConfig& config, const std::vector<
       direct_max_bytes_(config.tuning.direct_max_bytes),
       two_level_min_bytes_(config.tuning.two_level_min_bytes),
       single_copy_(single_copy),
-      single_copy_min_bytes_(config.tuning.single_copy_min_bytes) {
+      single_copy_min_bytes_(config.tuning.single_copy_min_bytes),
+      single_copy_rooted_max_bytes_(config.tuning.single_copy_rooted_max_bytes) {
   TORCH_CHECK_VALUE(core::parse_two_level(config.tuning.two_level, &two_level_), "two_level: expected auto, "
                     "on or off, got '", config.tuning.two_level, "'");
   // Domains only where every rank is pinned to one node: an unpinned rank
@@ -46,6 +47,7 @@ core::RouteQuery HostPlan::route_query() const {
   q.two_level_min_bytes = two_level_min_bytes_;
   q.single_copy = single_copy_;
   q.single_copy_min_bytes = single_copy_min_bytes_;
+  q.single_copy_rooted_max_bytes = single_copy_rooted_max_bytes_;
   return q;
 }
 

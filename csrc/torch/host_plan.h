@@ -49,6 +49,7 @@ class HostPlan : public Plan {
   int smallest_domain_ = 0;  // its ranks
   bool single_copy_;
   size_t single_copy_min_bytes_;
+  size_t single_copy_rooted_max_bytes_;
 };
 
 }  // namespace pycomm

@@ -79,7 +79,7 @@ py::tuple route_of(const std::string& collective, bool cuda, bool sparse, bool n
                 const std::string& dtype, const std::string& op, bool contiguous, int domains,
                 int smallest_domain, const std::string& two_level,
                 const py::object& two_level_min_bytes, bool single_copy,
-                const py::object& single_copy_min_bytes) {
+                const py::object& single_copy_min_bytes, const py::object& single_copy_rooted_max_bytes) {
   RouteQuery q;
   q.collective = Collective(index_of(collective, kCollectives,
                                       [](int i) { return collective_name(Collective(i)); },
@@ -107,6 +107,7 @@ py::tuple route_of(const std::string& collective, bool cuda, bool sparse, bool n
   q.two_level_min_bytes = size_of("two_level_min_bytes", two_level_min_bytes);
   q.single_copy = single_copy;
   q.single_copy_min_bytes = size_of("single_copy_min_bytes", single_copy_min_bytes);
+  q.single_copy_rooted_max_bytes = size_of("single_copy_rooted_max_bytes", single_copy_rooted_max_bytes);
   q.domains = domains;
   q.smallest_domain = smallest_domain;
   if (!core::parse_two_level(two_level, &q.two_level)) {
@@ -181,10 +182,11 @@ void bind_tables(py::module_& m) {
         py::arg("op") = "sum", py::arg("contiguous") = true, py::arg("domains") = 1,
         py::arg("smallest_domain") = 0, py::arg("two_level") = "auto",
         py::arg("two_level_min_bytes") = 0, py::arg("single_copy") = false,
-        py::arg("single_copy_min_bytes") = 0,
+        py::arg("single_copy_min_bytes") = 0, py::arg("single_copy_rooted_max_bytes") = 0,
         "route(collective, *, cuda, sparse, native_op, hosts, uniform, local_size, count, "
         "bytes, direct_max_bytes, leader_max_bytes, dtype, op, contiguous, domains, "
-        "smallest_domain, two_level, two_level_min_bytes, single_copy, single_copy_min_bytes) "
+        "smallest_domain, two_level, two_level_min_bytes, single_copy, single_copy_min_bytes, "
+        "single_copy_rooted_max_bytes) "
         "-> (plan, algorithm): the backend's routing rule (csrc/core/routing.h).");
 }
 

@@ -52,7 +52,8 @@ struct CollectiveTuning {
   // and the routing table's threshold for the single-copy collectives (and the
   // least a point-to-point message or an all-to-all block goes by it).
   std::string single_copy = "auto";
-  size_t single_copy_min_bytes = 64 * 1024;
+  size_t single_copy_min_bytes = 32 * 1024;
+  size_t single_copy_rooted_max_bytes = size_t(1) << 20;
 };
 
 // What a collective runs on. One per communicator; one collective at a time.

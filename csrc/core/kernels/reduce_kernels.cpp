@@ -286,16 +286,15 @@ const char* cpu_vector_path() { return lanes::kVectorPath; }
 
 void copy_streaming(void* dst, const void* src, size_t n) {
 #if defined(__AVX__)
-  auto d = reinterpret_cast<uintptr_t>(dst);
-  auto s = reinterpret_cast<uintptr_t>(src);
-  if (n >= 4096 && (d % 32) == (s % 32)) {
-    size_t head = (32 - d % 32) % 32;
+  if (n >= 4096) {
+    // The destination aligned (streaming stores need it), the source as it lies.
+    const size_t head = (32 - reinterpret_cast<uintptr_t>(dst) % 32) % 32;
     std::memcpy(dst, src, head);
     char* dp = static_cast<char*>(dst) + head;
     const char* sp = static_cast<const char*>(src) + head;
-    size_t body = (n - head) & ~size_t(31);
+    const size_t body = (n - head) & ~size_t(31);
     for (size_t i = 0; i < body; i += 32) {
-      __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(sp + i));
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sp + i));
       _mm256_stream_si256(reinterpret_cast<__m256i*>(dp + i), v);
     }
     _mm_sfence();

@@ -34,8 +34,10 @@ void ring_last(DType dtype, ReduceOp op, const void* partial, const void* local,
 // "neon", or "none (scalar loops)".
 const char* cpu_vector_path();
 
-// Copy n bytes; uses streaming stores for large, aligned copies whose
-// destination will not be read again soon (backups).
+// Copy n bytes with streaming stores (past the caches) where the build has
+// them: for a copy larger than the caches whose destination is not read back
+// soon (backups), it costs no read of the destination's old lines and evicts
+// nothing the collective needs.
 void copy_streaming(void* dst, const void* src, size_t n);
 
 }  // namespace pycomm::core

@@ -373,6 +373,14 @@ bool P2PEngine::pull_frames_locked(int peer, Done& done) {
     if (!h.address) in.got += h.bytes;
     ch_.consume(peer);
     moved = true;
+    if (h.address) {
+      // A straight message took a long copy: its sender learns at once that
+      // it is judged and its frame free, rather than after the frames behind
+      // it are read too (2 MiB messages in a window: 250 us a message with
+      // one ring a pass, the sender asleep meanwhile).
+      publish_verdicts_locked(peer);
+      ch_.ring(peer);
+    }
     if (in.got == in.total) {
       if (in.recv) {
         in.recv->moved_ = in.total;
