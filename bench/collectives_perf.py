@@ -63,6 +63,13 @@ shows the bytes actually moved. count is nccl-tests' count: the tensor's element
 all_reduce, broadcast and reduce, one chunk's (size / N) for the other three. The sweep
 always includes 64 KiB and 16 MiB when -b..-e covers them: the summary judges there.
 
+Where the time goes. After the tables, for 64 KiB, 1 MiB and 16 MiB (those the sweep
+measured), pycomm's columns run a pass of their own with pycomm.tools.profile on, and a
+table gives rank 0's time per call part by part: torch's floor, pycomm's front-end
+(checks, routing, staging, the hand-off), its waits on peers, copies, reductions, copies
+straight out of a peer's memory and the restore copy (harness/breakdown.py); the JSON's
+meta holds it as "breakdown".
+
 Bandwidth, by nccl-tests' convention. algbw = size / time. busbw = algbw x a factor that
 makes it comparable with the bandwidth of a link, whatever the collective (N ranks):
   all_reduce                            2(N-1)/N
@@ -121,7 +128,7 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from harness import calibration, driver, verdicts  # (harness puts pycomm on sys.path)
+from harness import breakdown, calibration, driver, verdicts  # (harness puts pycomm on sys.path)
 from harness.ceilings import ceiling_bytes
 from harness.collectives import COLLECTIVES, NAMES, ROOT
 from harness.patterns import DTYPES, OPS, PREMUL_FACTOR
@@ -445,9 +452,41 @@ def run(args):
                                                peers, primary(name), mpi_side.rows),
         summary_of=lambda name, mine: collective_summary(name, mine, primary(name),
                                                          mpi_side.present))
+    parts = where_time_goes(world, args, rows, peers, measure)
     if world.rank == 0:
-        driver.report(args, summary_head(args, rows), summary, rows,
-                      meta_of(args, world, peers, lines, mpi_side.meta))
+        if parts:
+            print(breakdown.table(parts) + "\n", flush=True)
+        meta = meta_of(args, world, peers, lines, mpi_side.meta)
+        meta["breakdown"] = parts
+        driver.report(args, summary_head(args, rows), summary, rows, meta)
+
+
+def where_time_goes(world, args, rows, peers, measure) -> list:
+    """pycomm's parts per call (harness/breakdown.py) at the judged sizes the sweep measured,
+    for the backend's column and the direct API's: rank 0's rows."""
+    out = []
+    if not breakdown.available():
+        return out
+    for row in rows:
+        name, size = row[schema.COLLECTIVE], row[schema.SIZE]
+        if size not in breakdown.SIZES:
+            continue
+        coll = COLLECTIVES[name]
+        lay = coll.layout(size, measure.esize, world.size)
+        inp = world.torch.zeros(lay["in_numel"], dtype=measure.dtype)
+        out_t = inp if coll.in_place else world.torch.zeros(lay["out_numel"], dtype=measure.dtype)
+        for p in peers:
+            if p.key not in schema.PYCOMM_PEERS or not p.offers(name):
+                continue
+            t = row.get(schema.column(p.key, "us"))
+            if t is None:
+                continue
+            call = p.calls[name]
+            parts, err = world.on_every_rank(
+                lambda: breakdown.parts_per_call(world, lambda: call(inp, out_t), t * 1e-6))
+            if not err:
+                out.append(breakdown.row(name, size, p.key, p.label, parts, row))
+    return out
 
 
 # --------------------------------------------------------------------------- the command

@@ -14,6 +14,8 @@ thin drivers over them (their command lines, tables and JSON are theirs).
     timing       clocks (perf_counter, CUDA events), the per-call median, rounds and spread
     sweep        one size of a collective sweep: the peers in turns, then their checks; a
                  row's measured columns and ratios
+    breakdown    where pycomm's time goes in one call, part by part (pycomm.tools.profile),
+                 after a sweep's tables
     p2p          the point-to-point patterns described once, as the OSU micro-benchmarks
                  do: latency, bw, bibw; bytes moved, the torch.distributed and mpi4py calls,
                  the exact check

@@ -86,7 +86,15 @@ void all_to_all(const Context& ctx, const AllToAllArgs& a) {
     for (int to = 0; to < world; ++to) any_straight = any_straight || straight_at(from, to) != 0;
   }
 
-  std::memmove(a.recv[rank], a.send[rank], a.send_counts[rank] * esize);
+  // This rank's own block, a local copy (on the team; the two overlap only in place).
+  const size_t own = a.send_counts[rank] * esize;
+  const char* own_from = static_cast<const char*>(a.send[rank]);
+  char* own_to = static_cast<char*>(a.recv[rank]);
+  if (own_to + own <= own_from || own_from + own <= own_to) {
+    team_copy(ctx.team, own_to, own_from, own);
+  } else {
+    std::memmove(own_to, own_from, own);
+  }
   for (int s = 1; s < world; ++s) {
     const int to = (rank + s) % world;
     const int from = (rank - s + world) % world;

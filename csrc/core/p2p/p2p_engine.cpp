@@ -300,7 +300,7 @@ bool P2PEngine::push_sends_locked(int peer, Done& done) {
   bool moved = false;
   while (!queue.empty() && ch_.can_send(peer)) {
     P2POp& op = *queue.front();
-    if (op.moved_ == 0 && straight(op)) {
+    if (op.moved_ == 0 && straight(op) && queue.size() == 1 && unjudged_[size_t(peer)].empty()) {
       // One frame that says where the message lies; the receiver copies it.
       ch_.send_header(peer) = FrameHeader{op.message_, op.bytes, 0, op.tag, 0, op.type,
                                           reinterpret_cast<uint64_t>(op.data)};
