@@ -236,11 +236,14 @@ VICTIM = 1
 
 def die_during(when, stamp_path):
     """Survivors run collectives until an error; the victim SIGKILLs itself
-    'mid-large' / 'mid-small' (while collectives run) or 'while-waiting' (the
-    survivors are already blocked in a collective it never joins)."""
+    'mid-large' / 'mid-small' (while collectives run), 'mid-single-copy' (while
+    its peers read its tensor straight: large all-gathers, which take the single
+    copy where the group has it) or 'while-waiting' (the survivors are already
+    blocked in a collective it never joins)."""
     rank = dist.get_rank()
-    count = 8 << 20 if when == "mid-large" else 1000
+    count = 8 << 20 if when in ("mid-large", "mid-single-copy") else 1000
     t = torch.ones(count)
+    gathered = torch.empty(count * dist.get_world_size()) if when == "mid-single-copy" else None
     dist.all_reduce(t)  # every rank is up
 
     def kill_soon(delay):
@@ -256,6 +259,8 @@ def die_during(when, stamp_path):
         while True:
             if when == "mid-large":
                 dist.all_reduce(t)
+            elif when == "mid-single-copy":
+                dist.all_gather_into_tensor(gathered, t)
             else:
                 dist.all_reduce(t)
                 dist.broadcast(t, src=0)
@@ -264,6 +269,8 @@ def die_during(when, stamp_path):
         while True:
             if when == "mid-large":
                 dist.all_reduce(t)
+            elif when == "mid-single-copy":
+                dist.all_gather_into_tensor(gathered, t)
             elif when == "mid-small":
                 dist.all_reduce(t)
                 dist.broadcast(t, src=0)
@@ -277,7 +284,7 @@ def die_during(when, stamp_path):
     return error, time.monotonic(), calls
 
 
-@pytest.mark.parametrize("when", ["mid-large", "mid-small", "while-waiting"])
+@pytest.mark.parametrize("when", ["mid-large", "mid-small", "mid-single-copy", "while-waiting"])
 def test_killed_rank_is_named_within_two_seconds(tmp_path, when):
     stamp = tmp_path / "death"
     # A 60 s timeout: only the peer watch can be this quick.

@@ -39,10 +39,17 @@ class Sweep:
         self.barrier = barrier
         self.device = device
 
-    def seconds_per_call(self, fn) -> float:
+    def seconds_per_call(self, fn, settle=None) -> float:
+        """settle: run on every rank after the timed calls (Peer.settle)."""
         w = self.world
+
+        def slowest(s):
+            if settle is not None:
+                settle()
+            return w.max_over_ranks([s])[0]
+
         return per_call_median(fn, self.budget_s, self.min_iters, self.max_iters, self.warmup,
-                               agree=w.from_rank0, slowest=lambda s: w.max_over_ranks([s])[0])
+                               agree=w.from_rank0, slowest=slowest)
 
     def measure(self, coll, size: int, active):
         """Times the active peers on one size in turns, then checks them: (layout,
@@ -75,7 +82,7 @@ class Sweep:
                 if not p.offers(name):
                     continue
                 call = p.calls[name]
-                t, err = w.on_every_rank(lambda: self.seconds_per_call(lambda: run(call)))
+                t, err = w.on_every_rank(lambda: self.seconds_per_call(lambda: run(call), p.settle))
                 if err:
                     p.failed[name] = f"{human(lay['size'])}: {err}"
                     times[p.key] = []
@@ -97,7 +104,13 @@ class Sweep:
         for p in active:
             if not p.offers(name) or not exact(p):
                 continue
-            mine, err = w.on_every_rank(lambda: wrong_of(p.calls[name]))
+            def checked_once():
+                wrong_here = wrong_of(p.calls[name])
+                if p.settle is not None:
+                    p.settle()
+                return wrong_here
+
+            mine, err = w.on_every_rank(checked_once)
             if err:
                 p.failed[name] = f"check at {human(lay['size'])}: {err}"
                 times[p.key] = []

@@ -313,6 +313,7 @@ def collectives_peer(world, comm, dtype: str, op_name: str) -> Peer:
         p.calls[name] = on_views(lambda i, o, name=name: _mpi_call(
             MPI, comm, name, op, numpy_view(i), numpy_view(o)))
         p.exact[name] = exact_op or not coll.reduces
+    p.settle = comm.Barrier
     return p
 
 

@@ -35,6 +35,7 @@ def peer(world, comm) -> Peer:
     p.notes = []
     p.calls = {name: on_numpy(pattern.mpi_call(MPI, comm)) for name, pattern in PATTERNS.items()}
     p.exact = {name: True for name in PATTERNS}
+    p.settle = comm.Barrier
     return p
 
 

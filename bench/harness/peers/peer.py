@@ -12,6 +12,11 @@ class Peer:
         self.calls = {}   # collective name -> fn(inp, out)
         self.exact = {}   # collective name -> False when it times another op (no #wrong)
         self.failed = {}  # collective name -> the error that dropped it
+        # Run on every rank after the peer's timed calls and after its check, before the
+        # ranks agree through another library: Open MPI's, whose last messages may still
+        # wait for its progress (a rendezvous's acknowledgement), which a rank that left
+        # MPI for a gloo collective would never make.
+        self.settle = None
 
     def offers(self, collective: str) -> bool:
         return collective in self.calls and collective not in self.failed

@@ -30,12 +30,12 @@
 // memory (transport/cross_memory.h), goes straight: its one frame says where
 // it lies in the sender's memory, and the receiver copies it from there into
 // the receive it matches, once; the send completes when the receiver has
-// judged it, which for such a message is after the copy. Only a lone message
-// goes straight, one with no other send to its peer pending: a stream of
-// sends goes through the frames, where the sender's core copies each in
-// while the receiver's copies the one before out (a window of 2 MiB sends on
-// the 2-core host: 194 us a message framed, 276 straight), and a lone
-// message is faster straight (a 2 MiB ping-pong: 200 us against 280).
+// judged it, which for such a message is after the copy. A large message of a
+// stream of sends (others to its peer pending) goes through the frames
+// instead, where the sender's core copies each in while the receiver's copies
+// the one before out (a window of 2 MiB sends on the 2-core host: 194 us a
+// message framed, 276 straight); a lone one, or a stream's of up to 512 KiB,
+// is faster straight (a 2 MiB ping-pong: 200 us against 280; p2p_engine.cpp).
 //
 // A send completes once its bytes are in shared memory and the receiver has
 // judged its message: matched it to a receive, or, with none posted yet, taken

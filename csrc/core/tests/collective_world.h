@@ -18,6 +18,7 @@
 #include "../errors.h"
 #include "../kernels/half_convert.h"
 #include "check.h"
+#include "rank_threads.h"
 
 namespace pycomm::core {
 namespace {
@@ -72,25 +73,7 @@ struct World {
   Context ctx(int r) { return ranks[size_t(r)]->ctx(); }
 
   // Runs fn(rank) on one thread per rank; returns what each threw, if anything.
-  std::vector<std::string> run(const std::function<void(int)>& fn) {
-    std::vector<std::string> errors(ranks.size());
-    std::vector<std::thread> threads;
-    for (size_t r = 0; r < ranks.size(); ++r) {
-      threads.emplace_back([&, r] {
-        try {
-          fn(int(r));
-        } catch (const CollectiveMismatch& e) {
-          errors[r] = std::string("mismatch: ") + e.what();
-        } catch (const CommTimeout& e) {
-          errors[r] = std::string("timeout: ") + e.what();
-        } catch (const std::exception& e) {
-          errors[r] = std::string("other: ") + e.what();
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
-    return errors;
-  }
+  std::vector<std::string> run(const std::function<void(int)>& fn) { return run_on_threads(ranks.size(), fn); }
 };
 
 Config small_buffers() {
@@ -106,7 +89,7 @@ Config small_buffers() {
   return c;
 }
 
-Config default_buffers() {
+[[maybe_unused]] Config default_buffers() {
   // The data path's default sizes, where the ring's link and all-to-all's
   // other links differ; short spins, as ranks here outnumber the cores.
   Config c = small_buffers();
@@ -227,6 +210,45 @@ bool same_bytes(const std::vector<T>& a, const std::vector<T>& b) {
 template <class T>
 T reduced(int world, size_t i, ReduceOp op) {
   return from_double<T>(expected_value<T>(world, i, op));
+}
+
+// All-to-all with uneven splits: rank r sends (r + 2 * p + count) % 5 * count elements to p
+// (zero included); each value names its sender, receiver and index, so a
+// piece that lands at another offset or in another block shows.
+void check_all_to_all(World& w, size_t count) {
+  const int world = w.size();
+  auto elems = [&](int from, int to) { return size_t((from + 2 * to + int(count)) % 5) * count; };
+  std::vector<std::vector<std::vector<int64_t>>> send(world), recv(world);
+  for (int r = 0; r < world; ++r) {
+    for (int p = 0; p < world; ++p) {
+      std::vector<int64_t> block(elems(r, p));
+      for (size_t i = 0; i < block.size(); ++i) block[i] = (int64_t(r) << 48) + (int64_t(p) << 32) + int64_t(i);
+      send[r].push_back(block);
+      recv[r].push_back(std::vector<int64_t>(elems(p, r), -1));
+    }
+  }
+  auto errors = w.run([&](int r) {
+    std::vector<const void*> sp;
+    std::vector<void*> rp;
+    std::vector<size_t> sc, rc;
+    for (int p = 0; p < world; ++p) {
+      sp.push_back(send[r][p].data());
+      sc.push_back(send[r][p].size());
+      rp.push_back(recv[r][p].data());
+      rc.push_back(recv[r][p].size());
+    }
+    AllToAllArgs a;
+    a.send = sp.data();
+    a.send_counts = sc.data();
+    a.recv = rp.data();
+    a.recv_counts = rc.data();
+    a.dtype = DType::kInt64;
+    all_to_all(w.ctx(r), a);
+  });
+  for (const auto& e : errors) CHECK(e.empty());
+  for (int r = 0; r < world; ++r) {
+    for (int p = 0; p < world; ++p) CHECK(recv[r][p] == send[p][r]);
+  }
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "../p2p/p2p_engine.h"
 #include "../transport/shm_data_path.h"
 #include "check.h"
+#include "rank_threads.h"
 
 using namespace pycomm::core;
 
@@ -69,25 +70,7 @@ struct World {
   P2PEngine& engine(int r) { return *ranks[size_t(r)]->engine; }
   size_t channel_bytes(int r) { return engine(r).channel_bytes(); }
 
-  std::vector<std::string> run(const std::function<void(int)>& fn) {
-    std::vector<std::string> errors(ranks.size());
-    std::vector<std::thread> threads;
-    for (size_t r = 0; r < ranks.size(); ++r) {
-      threads.emplace_back([&, r] {
-        try {
-          fn(int(r));
-        } catch (const CollectiveMismatch& e) {
-          errors[r] = std::string("mismatch: ") + e.what();
-        } catch (const CommTimeout& e) {
-          errors[r] = std::string("timeout: ") + e.what();
-        } catch (const std::exception& e) {
-          errors[r] = std::string("other: ") + e.what();
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
-    return errors;
-  }
+  std::vector<std::string> run(const std::function<void(int)>& fn) { return run_on_threads(ranks.size(), fn); }
 };
 
 P2PHandle op(P2POp::Kind kind, int peer, int64_t tag, void* data, size_t bytes, uint32_t type = 1) {

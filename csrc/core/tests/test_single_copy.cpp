@@ -124,44 +124,6 @@ void check_broadcast_gather_scatter(World& w, DType dtype, size_t count, int roo
   for (int r = 0; r < world; ++r) CHECK(same_bytes(back[r], original[r]));
 }
 
-// Uneven blocks, some at least the threshold (read straight), some below it
-// (through the links), zero included; each value names its sender, receiver
-// and index.
-void check_all_to_all(World& w, size_t count) {
-  const int world = w.size();
-  auto elems = [&](int from, int to) { return size_t((from + 2 * to + int(count)) % 5) * count; };
-  std::vector<std::vector<std::vector<int64_t>>> send(world), recv(world);
-  for (int r = 0; r < world; ++r) {
-    for (int p = 0; p < world; ++p) {
-      std::vector<int64_t> block(elems(r, p));
-      for (size_t i = 0; i < block.size(); ++i) block[i] = (int64_t(r) << 48) + (int64_t(p) << 32) + int64_t(i);
-      send[r].push_back(block);
-      recv[r].push_back(std::vector<int64_t>(elems(p, r), -1));
-    }
-  }
-  auto errors = w.run([&](int r) {
-    std::vector<const void*> sp;
-    std::vector<void*> rp;
-    std::vector<size_t> sc, rc;
-    for (int p = 0; p < world; ++p) {
-      sp.push_back(send[r][p].data());
-      sc.push_back(send[r][p].size());
-      rp.push_back(recv[r][p].data());
-      rc.push_back(recv[r][p].size());
-    }
-    AllToAllArgs a;
-    a.send = sp.data();
-    a.send_counts = sc.data();
-    a.recv = rp.data();
-    a.recv_counts = rc.data();
-    a.dtype = DType::kInt64;
-    all_to_all(w.ctx(r), a);
-  });
-  for (const auto& e : errors) CHECK(e.empty());
-  for (int r = 0; r < world; ++r) {
-    for (int p = 0; p < world; ++p) CHECK(recv[r][p] == send[p][r]);
-  }
-}
 
 }  // namespace
 

@@ -1,0 +1,36 @@
+// Ranks as threads of one process: what every native test of several ranks
+// runs its ranks with (collective_world.h, test_p2p.cpp).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../errors.h"
+
+namespace pycomm::core {
+
+// Runs fn(rank) on one thread per rank, 0..n-1, and returns what each threw,
+// with its kind in front ("mismatch: ", "timeout: ", "other: "), or "".
+inline std::vector<std::string> run_on_threads(size_t n, const std::function<void(int)>& fn) {
+  std::vector<std::string> errors(n);
+  std::vector<std::thread> threads;
+  for (size_t r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        fn(int(r));
+      } catch (const CollectiveMismatch& e) {
+        errors[r] = std::string("mismatch: ") + e.what();
+      } catch (const CommTimeout& e) {
+        errors[r] = std::string("timeout: ") + e.what();
+      } catch (const std::exception& e) {
+        errors[r] = std::string("other: ") + e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+}  // namespace pycomm::core
