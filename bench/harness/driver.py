@@ -70,12 +70,19 @@ def chosen_names(p, option: str, text: str, known) -> list:
     return list(dict.fromkeys(names))
 
 
+# The command as the user typed it, for the results file: ranks that mpirun starts run the
+# script by its absolute path, and would record that.
+COMMAND_ENV = "PYCOMM_BENCH_COMMAND"
+
+
 def main(parse_args, run, argv=None, backend: str = "gloo", mpi_in_turns: bool = False):
     """A driver's command: parse its options, then run(args) on --nproc ranks (torchrun's
     ranks when it started us). mpi_in_turns (a driver with an Open MPI column, unless
     --no-mpi): the ranks are started by mpirun where it and mpi4py allow, so that Open MPI
     is timed in the same processes (harness.peers.mpi.side), else spawned as before."""
     args = parse_args(argv)
+    os.environ.setdefault(COMMAND_ENV, schema.command_line(
+        None if argv is None else [sys.argv[0], *map(str, argv)]))
     jointly = None
     if mpi_in_turns and not args.no_mpi:
         from .peers import mpi
@@ -121,7 +128,7 @@ def sweep_tables(world, names, sizes, *, measure, table_of, title_of, row_of, su
 def write_json(path, rows, meta=None, summary=None):
     """The results file (pycomm.tools.results_schema), where --json names one."""
     if path:
-        schema.write(path, rows, meta, summary)
+        schema.write(path, rows, meta, summary, command=os.environ.get(COMMAND_ENV))
         print(f"# wrote {path}")
 
 

@@ -366,6 +366,12 @@ bool P2PEngine::pull_frames_locked(int peer, Done& done) {
       void* into = in.recv ? static_cast<void*>(in.recv->data)
                            : in.unexpected ? static_cast<void*>(in.unexpected->data.get()) : nullptr;
       if (into && h.total_bytes && !read_straight_locked(peer, into, h.address, h.total_bytes, done)) return true;
+      if (session_.aborted()) {
+        // The sender may have given up on this send (its deadline) while this
+        // rank read, and reused its buffer: what was read is not trusted.
+        fail_all_locked("", done);
+        return true;
+      }
       if (in.unexpected) in.unexpected->got = h.total_bytes;
       in.got = h.total_bytes;
     } else if (h.bytes) {

@@ -271,6 +271,10 @@ void CrossMemory::read(int peer, void* local, uint64_t remote, size_t bytes) con
 void CrossMemory::fail_read(int peer, int error, size_t done, size_t bytes) const {
   // The peer's process is gone (ESRCH: it exited, or only its zombie is left).
   if (error == ESRCH) session_.fail_dead(peer);
+  // A peer that failed first (another rank died or timed out) has left the
+  // collective and may have freed what it announced: the group's first
+  // failure is the reason, not this read's.
+  if (session_.aborted()) session_.check_alive();
   std::ostringstream os;
   os << "rank " << session_.rank() << ": reading " << bytes << " bytes of rank " << peer << "'s memory failed after "
      << done << ": " << std::strerror(error)
