@@ -2,12 +2,14 @@
 // runs its ranks with (collective_world.h, test_p2p.cpp).
 #pragma once
 
+#include <cstdio>
 #include <functional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "../errors.h"
+#include "../transport/cross_memory.h"
 
 namespace pycomm::core {
 
@@ -31,6 +33,16 @@ inline std::vector<std::string> run_on_threads(size_t n, const std::function<voi
   }
   for (auto& t : threads) t.join();
   return errors;
+}
+
+// Whether this host lets a process read another's memory (cross_memory.h). A
+// test of the single copy returns at once where it does not, saying why: under
+// qemu-user (scripts/cross_aarch64.sh), which emulates no process_vm_readv; the
+// host's own build runs them all.
+inline bool single_copy_here() {
+  static const std::string why = single_copy_unavailable_reason();
+  if (!why.empty()) std::printf("  skipped: the single copy is unavailable here (%s)\n", why.c_str());
+  return why.empty();
 }
 
 }  // namespace pycomm::core

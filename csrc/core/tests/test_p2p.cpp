@@ -676,6 +676,7 @@ TEST(closing_fails_what_is_pending) {
 // exchange pattern above, at sizes on both sides of the threshold, so framed
 // and straight messages mix on one channel and keep their order.
 TEST(straight_messages_in_every_pattern_mixed_with_framed_ones) {
+  if (!single_copy_here()) return;
   for (int team : {1, 3}) {
     World w(3, 20, 256, 2, ShmTransport::kPosix, team, /*straight_min_bytes=*/1024);
     for (size_t n : {0ul, 1ul, 200ul, 255ul, 256ul, 257ul, 5000ul, 70000ul}) {
@@ -706,6 +707,7 @@ TEST(straight_messages_in_every_pattern_mixed_with_framed_ones) {
 }
 
 TEST(a_straight_message_of_another_size_is_refused_on_both_ranks) {
+  if (!single_copy_here()) return;
   World w(2, 20, 256, 2, ShmTransport::kPosix, 1, /*straight_min_bytes=*/1024);
   std::vector<int32_t> a = pattern(4000, 1), b(3000);
   auto errors = w.run([&](int r) {

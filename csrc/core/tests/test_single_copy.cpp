@@ -128,6 +128,7 @@ void check_broadcast_gather_scatter(World& w, DType dtype, size_t count, int roo
 }  // namespace
 
 TEST(threads_of_one_process_take_the_single_copy_and_off_keeps_staging) {
+  if (!single_copy_here()) return;
   World on(3, single_copy_on());
   for (int r = 0; r < 3; ++r) CHECK(on.ranks[size_t(r)]->cma->enabled());
   World off(3, small_buffers());
@@ -138,6 +139,7 @@ TEST(threads_of_one_process_take_the_single_copy_and_off_keeps_staging) {
 }
 
 TEST(one_rank_off_turns_it_off_for_all_and_cma_then_fails_on_every_rank) {
+  if (!single_copy_here()) return;
   // Ranks agree on a setting they did not share: off anywhere means off for all.
   Config c = single_copy_on();
   for (SingleCopy others : {SingleCopy::kAuto, SingleCopy::kCma}) {
@@ -175,6 +177,7 @@ TEST(one_rank_off_turns_it_off_for_all_and_cma_then_fails_on_every_rank) {
 }
 
 TEST(single_copy_collectives_match_references_for_every_world_dtype_op) {
+  if (!single_copy_here()) return;
   for (int world = 1; world <= 4; ++world) {
     World w(world, single_copy_on());
     for (size_t count : {0ul, 1ul, 7ul, 250ul, 40000ul}) {
@@ -203,6 +206,7 @@ TEST(single_copy_collectives_match_references_for_every_world_dtype_op) {
 }
 
 TEST(all_to_all_mixes_straight_blocks_and_linked_ones_by_what_each_sender_says) {
+  if (!single_copy_here()) return;
   // Blocks of 1..4 x 600 int64s: with the threshold at 10 KiB, those of two
   // units and more go straight, the others through the links, in one call;
   // and a sender whose threshold differs (rank 2's) is followed by its peers.
@@ -216,6 +220,7 @@ TEST(all_to_all_mixes_straight_blocks_and_linked_ones_by_what_each_sender_says) 
 }
 
 TEST(single_copy_is_bitwise_equal_across_ranks_and_team_sizes) {
+  if (!single_copy_here()) return;
   // Random floats round differently in another order: each element is
   // reduced once, by its chunk's owner, in rank order, whatever the team.
   const size_t count = 70001;
@@ -250,6 +255,7 @@ TEST(single_copy_is_bitwise_equal_across_ranks_and_team_sizes) {
 }
 
 TEST(a_peer_that_stalls_after_the_reads_is_timed_out_and_the_input_restored) {
+  if (!single_copy_here()) return;
   // Rank 1 announces its tensor and enters the opening handshake, then never
   // comes to the middle one: rank 0 has reduced its chunk in place by then,
   // and must put it back when it times out.
@@ -278,6 +284,7 @@ TEST(a_peer_that_stalls_after_the_reads_is_timed_out_and_the_input_restored) {
 }
 
 TEST(an_announcement_that_does_not_fit_the_fingerprint_aborts_the_group) {
+  if (!single_copy_here()) return;
   // A peer that names another size than the collective's is not read: every
   // rank fails, and the session stays aborted.
   World w(2, single_copy_on());
@@ -303,6 +310,7 @@ TEST(an_announcement_that_does_not_fit_the_fingerprint_aborts_the_group) {
 }
 
 TEST(a_read_of_a_range_the_peer_does_not_map_fails_and_aborts) {
+  if (!single_copy_here()) return;
   World w(2, single_copy_on());
   std::vector<char> into(64);
   std::string error;
