@@ -54,13 +54,14 @@ INTERCONNECTS: dict = {
 # CPU ranks, as pycomm runs them: shared memory inside a host, gloo's TCP between hosts.
 # Each figure is what pycomm.tools.scaling.calibrate (the fit `pycomm predict --calibrate`
 # runs) gives for the all-reduce rows committed in bench/results, measured on the 2-core CI
-# host on 2026-12-02; tests/test_scaling.py fits them again from those files. The rows are
-# 2 ranks on 2 cores, so a host with a core per rank and less load does better.
+# host on 2026-12-05 (the between-hosts one on 2026-12-02); tests/test_scaling.py fits them
+# again from those files. The rows are 2 ranks on 2 cores, so a host with a core per rank
+# and less load does better.
 CPU_RESULTS = "bench/results/collectives_2ranks.json"
 HOSTS_RESULTS = "bench/results/collectives_4ranks_2hosts.json"
 # alpha_s, bandwidth_Bps
-SHM_FIT = (0.576e-6, 8.16e9)            # CPU_RESULTS, pycomm's column (the direct API)
-GLOO_LOOPBACK_FIT = (272e-6, 1.14e9)    # CPU_RESULTS, gloo's column (stock_us)
+SHM_FIT = (0.666e-6, 6.97e9)            # CPU_RESULTS, pycomm's column (the direct API)
+GLOO_LOOPBACK_FIT = (113e-6, 1.20e9)    # CPU_RESULTS, gloo's column (stock_us)
 GLOO_BETWEEN_HOSTS_FIT = (273e-6, 1.24e9)  # HOSTS_RESULTS, leaders_host_us: gloo between
 #                                          the two fake hosts' first ranks, the whole message
 
