@@ -8,19 +8,25 @@ ranks on different hosts get a clear error instead of a missing segment
 set-up leaves nothing behind on any path.
 
     1. every rank publishes the transports it takes (its shm_transport setting,
-       and whether memfds work here) and the NUMA node it is pinned to (-1:
-       none), then "<pid> <PID namespace> <host>";
+       and whether memfds work here), the NUMA node it is pinned to (-1:
+       none) and the SHA-256 digest of a token only it knows (written once:
+       a rank that finds its key taken fails, rather than be impersonated),
+       then "<pid> <PID namespace> <host>";
     2. rank 0 waits for all of them, checks they share its host, picks the
        transport every rank takes (memfd before posix), creates the session
-       segment and publishes its place (or "!<error>"): "memfd:<group id>:
-       <secret>" (its server hands the segment to whoever shows the secret)
-       or "posix:<name>" (a file in /dev/shm);
-    3. the others wait for the place and map the segment;
+       segment and publishes its place: "memfd:<server id>" (its server hands
+       the segment to a rank that shows the token behind its digest) or
+       "posix:<name>" (a file in /dev/shm, this user's, mode 0600);
+    3. the others wait for the place, check it is of the transport the ranks
+       agreed on, and map the segment (memfd: showing their token);
     4. all count themselves in and wait for the count; then every rank
        makes the segment unobtainable (posix: unlinks the name; memfd: rank 0
        stops offering it), so nothing stays behind even if a process is
        killed later, and reads every rank's node (the routing table's NUMA
        domains).
+The store is readable (and writable) by any local process that reaches its
+port: it carries no secret. The group's secret, which the ranks' servers ask
+for afterwards, is made by rank 0 inside the session segment.
 Any rank that fails sets an abort key, which every waiting rank checks.
 """
 from __future__ import annotations
@@ -217,7 +223,7 @@ def gather_hosts(store, prefix: str, rank: int, world: int, timeout_s: float, wh
 
 
 def _agreed_transport(rdv):
-    """Rank 0: the first transport every rank takes, or a failure naming who refuses what."""
+    """The first transport every rank takes, and why none (None, reason) otherwise."""
     # Published before each rank's pid, unless gather_hosts published the pids first.
     keys = [rdv.key(f"transports/{r}") for r in range(rdv.world)]
     rdv.wait_until(lambda: rdv.store.check(keys), "every rank to start set-up",
@@ -226,13 +232,27 @@ def _agreed_transport(rdv):
              for r in range(rdv.world)}
     for choice in ("memfd", "posix"):
         if all(choice in t for t in taken.values()):
-            return choice
+            return choice, ""
     why = "; ".join(f"rank {r} takes {' or '.join(t) if t != [''] else 'none'}"
                     for r, t in sorted(taken.items()))
     hint = memfd_unavailable_reason()
-    rdv.fail(f"the ranks take no shared-memory transport in common ({why}); set "
-             f"PYCOMM_SHM_TRANSPORT alike on every rank (auto, memfd or posix)"
-             + (f"; memfd is unavailable on rank 0: {hint}" if hint else ""))
+    return None, (f"the ranks take no shared-memory transport in common ({why}); set "
+                  f"PYCOMM_SHM_TRANSPORT alike on every rank (auto, memfd or posix)"
+                  + (f"; memfd is unavailable on rank {rdv.rank}: {hint}" if hint else ""))
+
+
+def _publish_token_digest(rdv):
+    """Publishes the digest of a fresh token (step 1) and returns the token.
+    Written once: a value already there means another process wrote this
+    rank's key, and would be let in as this rank."""
+    token = _C.new_group_secret()
+    digest = _C.token_digest(token)
+    now = rdv.store.compare_set(rdv.key(f"token/{rdv.rank}"), "", digest)
+    if (now.decode() if isinstance(now, bytes) else now) != digest:
+        rdv.fail(f"rank {rdv.rank}'s key in the store was written before it (by another process "
+                 f"that reaches the store, or a rank started twice): refusing to set up a group "
+                 f"that someone else could join as rank {rdv.rank}")
+    return token
 
 
 def create_communicator(store, prefix: str, rank: int, world: int, timeout_s: float,
@@ -243,16 +263,24 @@ def create_communicator(store, prefix: str, rank: int, world: int, timeout_s: fl
     try:
         store.set(rdv.key(f"transports/{rank}"), ",".join(transports_taken(config["shm_transport"])))
         store.set(rdv.key(f"node/{rank}"), str(host_cpus.pinned_node()))
+        token = _publish_token_digest(rdv) if rank else ""
         rdv.publish_pid()
         if rank == 0:
             rdv.gather_pids()
-            if _agreed_transport(rdv) == "memfd":
-                place = f"memfd:{_C.new_group_id()}:{_C.new_group_secret()}"
+            transport, why_none = _agreed_transport(rdv)
+            if transport is None:
+                rdv.fail(why_none)
+            members = []
+            if transport == "memfd":
+                place = f"memfd:{_C.new_group_id()}"
+                # Published before each rank's pid, which rank 0 has seen.
+                keys = [rdv.key(f"token/{r}") for r in range(1, world)]
+                members = [""] + ([v.decode() for v in store.multi_get(keys)] if keys else [])
             else:
                 _C.remove_stale_segments()
                 place = f"posix:{_C.new_segment_name(tag)}"
             try:
-                impl = _C.Communicator(rank, world, place, True, config)
+                impl = _C.Communicator(rank, world, place, True, config, members=members)
             except Exception as e:
                 rdv.fail(f"rank 0 could not create the shared memory: {e}")
             store.set(rdv.key("place"), place)
@@ -262,7 +290,12 @@ def create_communicator(store, prefix: str, rank: int, world: int, timeout_s: fl
             # that have not are the ones missing, else rank 0 itself.
             rdv.wait_until(lambda: store.check([place_key]), "rank 0 to create the shared memory",
                            lambda: rdv.unpublished() or [0])
-            impl = _C.Communicator(rank, world, store.get(place_key).decode(), False, config)
+            place = store.get(place_key).decode()
+            transport, _ = _agreed_transport(rdv)
+            if place.split(":", 1)[0] != transport:
+                rdv.fail(f"the group's place in the store is '{place[:80]}', not of the transport the "
+                         f"ranks agreed on ({transport}): written by another process? Refusing it")
+            impl = _C.Communicator(rank, world, place, False, config, token=token)
         count_key = rdv.key("attached")
         store.set(rdv.key(f"attached/{rank}"), "1")
         store.add(count_key, 1)

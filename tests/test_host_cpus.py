@@ -62,7 +62,7 @@ def test_a_rank_places_its_slots_on_its_node():
 
     if _C.memfd_unavailable_reason():
         pytest.skip(_C.memfd_unavailable_reason())
-    c = _C.Communicator(0, 1, f"memfd:{_C.new_group_id()}:{_C.new_group_secret()}", True,
+    c = _C.Communicator(0, 1, f"memfd:{_C.new_group_id()}", True,
                         config.communicator_config(1, 5.0))
     try:
         p = c.numa_placement

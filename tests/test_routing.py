@@ -112,7 +112,7 @@ def test_the_settings_table_is_what_the_communicator_takes():
     cfg = config.communicator_config(1, 5.0)
     assert list(cfg) == names
     _C = pycomm._C
-    place = lambda: f"memfd:{_C.new_group_id()}:{_C.new_group_secret()}"  # noqa: E731
+    place = lambda: f"memfd:{_C.new_group_id()}"  # noqa: E731
     c = _C.Communicator(0, 1, place(), True, cfg)
     try:
         assert c.config == cfg

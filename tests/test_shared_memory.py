@@ -5,8 +5,8 @@ between ranks over a Unix socket, nothing in /dev/shm), or the posix one (files
 in /dev/shm) when asked or when memfds are refused. Its session segment grows
 with the ranks, not their square; a point-to-point channel is made only when a
 pair first talks. A process that is not in the group gets nothing from its
-ranks' servers, and a wrong secret is refused with a clear error where it was
-tried.
+ranks' servers, and a wrong token is refused with a clear error where it was
+tried (tests/test_strangers.py has the other attacks).
 """
 from __future__ import annotations
 
@@ -109,24 +109,25 @@ def test_ranks_that_take_no_transport_in_common_fail_on_every_rank(worlds):
         assert "rank 0 takes memfd" in m and "rank 1 takes posix" in m, m
 
 
-def test_a_wrong_secret_is_refused_and_the_memory_is_not_handed_over():
+def test_a_wrong_token_is_refused_and_the_memory_is_not_handed_over():
     """Rank 0 of a 2-rank group runs here; another process of this host and
-    user, which knows the group's id but not its secret, asks for the session."""
+    user, which knows the group's place and rank 1's digest (all the store
+    holds) but not rank 1's token, asks for the session as rank 1."""
     import pycomm  # noqa: F401
     from pycomm import _C, config
 
     if _C.memfd_unavailable_reason():
         pytest.skip(_C.memfd_unavailable_reason())
-    group_id, secret = _C.new_group_id(), _C.new_group_secret()
+    server, token = _C.new_group_id(), _C.new_group_secret()
+    digest = _C.token_digest(token)
     cfg = config.communicator_config(2, 5.0)
-    rank0 = _C.Communicator(0, 2, f"memfd:{group_id}:{secret}", True, cfg)
-    wrong = ("0" if secret[0] != "0" else "1") + secret[1:]
+    rank0 = _C.Communicator(0, 2, f"memfd:{server}", True, cfg, members=["", digest])
     intruder = textwrap.dedent(f"""
         import pycomm
         from pycomm import _C, config
         cfg = config.communicator_config(2, 5.0)
         try:
-            _C.Communicator(1, 2, "memfd:{group_id}:{wrong}", False, cfg)
+            _C.Communicator(1, 2, "memfd:{server}", False, cfg, token="{digest}")
         except pycomm.CommError as e:
             print("REFUSED", e)
         else:
@@ -140,7 +141,7 @@ def test_a_wrong_secret_is_refused_and_the_memory_is_not_handed_over():
         rank0.close()
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("REFUSED"), out.stdout
-    assert "wrong group secret" in out.stdout and "rank 1" in out.stdout, out.stdout
+    assert "wrong token for rank 1" in out.stdout and "rank 1" in out.stdout, out.stdout
 
 
 def test_nothing_is_left_on_any_socket_after_a_group_closes():
@@ -150,7 +151,7 @@ def test_nothing_is_left_on_any_socket_after_a_group_closes():
         pytest.skip(_C.memfd_unavailable_reason())
     before = set(pycomm_sockets())
     group_id = _C.new_group_id()
-    c = _C.Communicator(0, 1, f"memfd:{group_id}:{_C.new_group_secret()}", True,
+    c = _C.Communicator(0, 1, f"memfd:{group_id}", True,
                         config.communicator_config(1, 5.0))
     assert c.transport == "memfd"
     assert any(group_id in s for s in pycomm_sockets())

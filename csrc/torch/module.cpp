@@ -173,14 +173,24 @@ PYBIND11_MODULE(_C, m) {
   });
 
   py::class_<Communicator, std::shared_ptr<Communicator>>(m, "Communicator")
-      .def(py::init([](int rank, int world, const std::string& place, bool create, const py::dict& config) {
+      .def(py::init([](int rank, int world, const std::string& place, bool create, const py::dict& config,
+                       const std::string& token, const std::vector<std::string>& members) {
              core::CommConfig c = config_from(config);
-             const core::SegmentPlace where = core::SegmentPlace::parse(place);
+             core::SegmentPlace where = core::SegmentPlace::parse(place);
+             if (!token.empty()) where.token = core::secret_from_hex(token);
+             for (const std::string& d : members) {
+               // Rank 0's own entry is unused: it may be empty.
+               where.members.push_back(d.empty() ? core::Sha256Digest{} : core::digest_from_hex(d));
+             }
              py::gil_scoped_release no_gil;
              return std::shared_ptr<Communicator>(new Communicator(rank, world, where, create, c),
                                                   ReleaseGilAndDelete{});
            }),
-           py::arg("rank"), py::arg("world"), py::arg("place"), py::arg("create"), py::arg("config"))
+           py::arg("rank"), py::arg("world"), py::arg("place"), py::arg("create"), py::arg("config"),
+           py::kw_only(), py::arg("token") = "", py::arg("members") = std::vector<std::string>{},
+           "place: 'posix:<name>' or 'memfd:<server id>'. memfd: an attaching rank shows `token` (hex) "
+           "to rank 0's server; the creating rank admits the ranks whose tokens have the SHA-256 "
+           "digests `members` (hex, in rank order; rank 0's may be empty).")
       .def("start", &Communicator::start)
       .def("unlink_name", &Communicator::unlink_name)
       .def("close", &Communicator::close, py::call_guard<py::gil_scoped_release>())
@@ -301,7 +311,10 @@ PYBIND11_MODULE(_C, m) {
   m.def("new_segment_name", &core::new_segment_name, py::arg("tag") = "");
   m.def("new_group_id", &core::new_group_id, "A fresh id for a group's segment servers.");
   m.def("new_group_secret", [] { return core::secret_to_hex(core::new_group_secret()); },
-        "32 random bytes, in hex: what proves a rank belongs to the group.");
+        "32 random bytes, in hex: a rank's token (what proves it is the rank that published its digest).");
+  m.def("token_digest", [](const std::string& token) {
+        return core::secret_to_hex(core::token_digest(core::secret_from_hex(token)));
+      }, py::arg("token"), "The SHA-256 digest of a token (hex in, hex out): what a rank publishes of it.");
   m.def(
       "shared_memory_cost",
       [](int world, const py::dict& config) {

@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
 #include <sstream>
 #include <utility>
 
 #include "../errors.h"
 #include "../thread_name.h"
+#include "../transport/shm_segment.h"
 #include "../transport/wait_primitives.h"
 
 namespace pycomm::core {
@@ -295,10 +297,14 @@ bool P2PEngine::frame_ok_locked(int peer, const FrameHeader& h, Done& done) {
   std::ostringstream os;
   os << "rank " << rank_ << ": rank " << peer << " wrote a point-to-point frame that does not fit its message ("
      << h.bytes << " bytes at offset " << h.offset << " of " << h.total_bytes << ", expected offset " << at
-     << " of " << total << (h.address ? ", sent straight" : "") << "): the channel is corrupt";
-  session_.abort(os.str());
-  fail_all_locked("", done);
+     << " of " << total << (h.address ? ", sent straight" : "") << ")";
+  corrupt_channel_locked(os.str(), done);
   return false;
+}
+
+void P2PEngine::corrupt_channel_locked(const std::string& what, Done& done) {
+  session_.abort(what + ": the channel is corrupt");
+  fail_all_locked("", done);
 }
 
 bool P2PEngine::push_sends_locked(int peer, Done& done) {
@@ -449,7 +455,19 @@ bool P2PEngine::begin_message_locked(int peer, const FrameHeader& h, Done& done)
   u->message = h.message;
   u->arrival = arrivals_++;
   u->bytes = h.total_bytes;
-  u->data = std::make_unique_for_overwrite<char[]>(h.total_bytes);
+  // The size is the sender's word, read from shared memory: a corrupt one
+  // fails the group rather than take (or exhaust) this process's memory.
+  try {
+    if (h.total_bytes > memory_available()) throw std::bad_alloc();
+    u->data = std::make_unique_for_overwrite<char[]>(h.total_bytes);
+  } catch (const std::bad_alloc&) {
+    corrupt_channel_locked("rank " + std::to_string(rank_) + ": rank " + std::to_string(peer) +
+                               " announced a point-to-point message of " + std::to_string(h.total_bytes) +
+                               " bytes that no receive was posted for, more than this process can hold",
+                           done);
+    in = Incoming{};
+    return false;
+  }
   unexpected_[size_t(peer)].push_back(u);
   in.unexpected = std::move(u);
   return true;

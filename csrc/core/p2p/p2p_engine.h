@@ -178,6 +178,8 @@ class P2PEngine {
   // Checks a frame from `peer` against the message it belongs to; aborts the
   // session and fails everything when the sender wrote nonsense.
   bool frame_ok_locked(int peer, const FrameHeader& h, Done& done);
+  // Aborts the group, saying `what` the peer wrote, and fails everything pending.
+  void corrupt_channel_locked(const std::string& what, Done& done);
   bool push_sends_locked(int peer, Done& done);
   bool pull_frames_locked(int peer, Done& done);
   // Sending side: completes the streamed sends `peer` has judged, each with

@@ -49,7 +49,7 @@ struct World {
     for (int r = 0; r < world; ++r) {
       auto rk = std::make_unique<Rank>();
       const SegmentPlace place = transport == ShmTransport::kMemfd
-                                     ? SegmentPlace{transport, "", new_group_id(), new_group_secret()}
+                                     ? SegmentPlace::served(new_group_id())
                                      : SegmentPlace::named(new_segment_name());
       rk->session = r == 0 ? Session::create(0, world, place, wait, region)
                            : Session::join(r, *ranks[0]->session);
@@ -740,6 +740,25 @@ TEST(a_frame_that_does_not_fit_its_message_aborts_the_group) {
   });
   CHECK(errors[1].find("does not fit its message (32 bytes at offset 32 of 32") != std::string::npos);
   CHECK(std::all_of(into.begin(), into.end(), [](int32_t v) { return v == -1; }));
+  CHECK(w.ranks[0]->session->aborted());
+}
+
+TEST(a_message_larger_than_the_receiver_can_hold_aborts_the_group) {
+  // The size a frame announces is the sender's word: a corrupt 2^62 bytes,
+  // for which no receive is posted, fails the group instead of the allocation
+  // taking (or exhausting) the receiver's memory.
+  World w(2, 20, 256, 2);
+  std::vector<int32_t> into(8, -1);
+  P2PChannels& ch = *w.ranks[0]->channels;
+  ch.open_to(1);
+  ch.send_header(1) = FrameHeader{0, uint64_t(1) << 62, 0, 9, 32, 1, 0};
+  ch.commit(1);
+  ch.ring(1);
+  auto errors = w.run([&](int r) {
+    if (r == 1) w.engine(1).wait(irecv(w.engine(1), 0, 4, into));
+  });
+  CHECK(errors[1].find("announced a point-to-point message of 4611686018427387904 bytes") != std::string::npos);
+  CHECK(errors[1].find("the channel is corrupt") != std::string::npos);
   CHECK(w.ranks[0]->session->aborted());
 }
 

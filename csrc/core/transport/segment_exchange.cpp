@@ -31,15 +31,17 @@ namespace {
 // client (or an older pycomm's) into a clear refusal instead of a misread.
 constexpr uint32_t kRequestMagic = 0x70637351;  // "pcsQ"
 constexpr uint32_t kReplyMagic = 0x70637341;    // "pcsA"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 2: the asking rank, and tokens for the session
 
 struct Request {
   uint32_t magic;
   uint32_t version;
-  uint8_t secret[32];
+  uint8_t proof[32];  // the group secret, or (session segment) the rank's token
   uint64_t key;
+  int32_t rank;       // who asks
+  uint32_t reserved;
 };
-static_assert(sizeof(Request) == 48, "the request's layout is the protocol");
+static_assert(sizeof(Request) == 56, "the request's layout is the protocol");
 
 enum : uint32_t { kGranted = 0, kRefused = 1 };
 
@@ -240,28 +242,43 @@ GroupSecret secret_from_hex(const std::string& hex) {
   return s;
 }
 
+Sha256Digest token_digest(const GroupSecret& token) { return sha256(token.data(), token.size()); }
+
+Sha256Digest digest_from_hex(const std::string& hex) {
+  const GroupSecret bytes = secret_from_hex(hex);  // the same 32 bytes in hex
+  Sha256Digest d;
+  std::memcpy(d.data(), bytes.data(), d.size());
+  return d;
+}
+
 std::string new_group_id() {
   uint8_t id[16];  // 128 bits: two groups never meet by chance
   random_bytes(id, sizeof(id));
   return to_hex(id, sizeof(id));
 }
 
-std::string server_address(const std::string& group_id, int rank) {
-  const bool plain = !group_id.empty() && group_id.size() <= 64 &&
-                     std::all_of(group_id.begin(), group_id.end(), [](char c) {
-                       return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_';
-                     });
+std::string server_address(const std::string& id) {
+  const bool plain = !id.empty() && id.size() <= 64 && std::all_of(id.begin(), id.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_';
+  });
   if (!plain) {
-    throw InvalidArgument("server_address: group_id must be 1 to 64 letters, digits, '-' or '_', got '" +
-                          group_id + "'");
+    throw InvalidArgument("server_address: id must be 1 to 64 letters, digits, '-' or '_', got '" +
+                          id.substr(0, 80) + "'");
   }
-  if (rank < 0) throw InvalidArgument("server_address: rank must be >= 0, got " + std::to_string(rank));
-  // No uid in the name: the group id alone is unique, and a name another user
+  // No uid in the name: the id alone is unique, and a name another user
   // took on purpose is caught by the uid checks on both ends.
-  return "pycomm-" + group_id + "-" + std::to_string(rank);
+  return "pycomm-" + id;
 }
 
 // ---- the server ----------------------------------------------------------------
+
+// A connection accepted and not yet answered.
+struct SegmentServer::Pending {
+  int fd;
+  uint64_t deadline_ns;
+  size_t got = 0;
+  Request req{};
+};
 
 SegmentServer::SegmentServer(const std::string& address, const GroupSecret& secret)
     : address_(address), secret_(secret) {
@@ -276,12 +293,12 @@ SegmentServer::SegmentServer(const std::string& address, const GroupSecret& secr
       const int err = errno;
       throw CommError("segment server: cannot bind the abstract Unix socket " + address + ": " +
                       errno_text(err) +
-                      (err == EADDRINUSE ? " (another server holds it: a group with this id in this "
-                                           "network namespace)"
+                      (err == EADDRINUSE ? " (another socket holds it: its name is random, so someone "
+                                           "took it on purpose)"
                                          : ""));
     }
     // Every peer of a large group may ask at once; the backlog holds them
-    // while the thread answers one at a time.
+    // until the thread accepts them.
     if (listen(listen_fd_, SOMAXCONN) != 0) {
       throw CommError("segment server " + address + ": listen: " + errno_text(errno));
     }
@@ -297,7 +314,7 @@ SegmentServer::SegmentServer(const std::string& address, const GroupSecret& secr
 SegmentServer::~SegmentServer() {
   const uint64_t one = 1;
   // Never drained, so the eventfd stays readable and every later poll of the
-  // thread, in serve() or in answer(), returns at once.
+  // thread returns at once.
   while (::write(stop_fd_, &one, sizeof(one)) < 0 && errno == EINTR) {
   }
   thread_.join();
@@ -309,11 +326,16 @@ void SegmentServer::close_fds() {
   if (stop_fd_ >= 0) ::close(stop_fd_);
   listen_fd_ = stop_fd_ = -1;
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto& [key, fd] : offered_) ::close(fd);
+  for (auto& [key, o] : offered_) ::close(o.fd);
   offered_.clear();
 }
 
-void SegmentServer::offer(uint64_t key, int fd) {
+void SegmentServer::admit_members(std::vector<Sha256Digest> digests) {
+  std::lock_guard<std::mutex> lock(mu_);
+  members_ = std::move(digests);
+}
+
+void SegmentServer::offer(uint64_t key, int fd, uint32_t uses) {
   // A duplicate: the caller keeps its own fd (and its segment) to close as it likes.
   const int dup = fcntl(fd, F_DUPFD_CLOEXEC, 0);
   if (dup < 0) {
@@ -321,10 +343,10 @@ void SegmentServer::offer(uint64_t key, int fd) {
                     " under key " + std::to_string(key) + ": " + errno_text(errno));
   }
   std::lock_guard<std::mutex> lock(mu_);
-  auto [it, fresh] = offered_.try_emplace(key, dup);
+  auto [it, fresh] = offered_.try_emplace(key, Offer{dup, uses});
   if (!fresh) {
-    ::close(it->second);
-    it->second = dup;
+    ::close(it->second.fd);
+    it->second = Offer{dup, uses};
   }
 }
 
@@ -332,84 +354,138 @@ void SegmentServer::withdraw(uint64_t key) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = offered_.find(key);
   if (it == offered_.end()) return;
-  ::close(it->second);
+  ::close(it->second.fd);
   offered_.erase(it);
 }
 
-// The thread's idle wait has no deadline of its own: it ends with the
-// destructor's signal on stop_fd_, and every wait inside a connection has one.
+size_t SegmentServer::offered() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return offered_.size();
+}
+
+// One loop serves every connection side by side: the listening socket, each
+// pending connection (with its own deadline), and the stop signal. The idle
+// wait has no deadline of its own: it ends with the destructor's signal.
 void SegmentServer::serve() {
   name_this_thread("pycomm-segsrv");
+  std::vector<Pending> pending;
+  std::vector<struct pollfd> fds;
   for (;;) {
-    struct pollfd fds[2] = {{stop_fd_, POLLIN, 0}, {listen_fd_, POLLIN, 0}};
-    if (poll(fds, 2, -1) < 0) {
-      if (errno == EINTR || errno == ENOMEM) continue;
-      return;  // EFAULT or EINVAL: a bug, not a state to wait out
+    fds.assign({{stop_fd_, POLLIN, 0}, {listen_fd_, POLLIN, 0}});
+    uint64_t next_deadline = UINT64_MAX;
+    for (const Pending& p : pending) {
+      fds.push_back({p.fd, POLLIN, 0});
+      next_deadline = std::min(next_deadline, p.deadline_ns);
     }
-    if (fds[0].revents) return;
-    if (!(fds[1].revents & POLLIN)) continue;
-    UniqueFd conn(accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
-    if (conn.get() < 0) {
+    const int ms = next_deadline == UINT64_MAX ? -1 : ms_until(next_deadline);
+    if (poll(fds.data(), nfds_t(fds.size()), ms) < 0) {
+      if (errno == EINTR || errno == ENOMEM) continue;
+      break;  // EFAULT or EINVAL: a bug, not a state to wait out
+    }
+    if (fds[0].revents) break;
+    // Connections that spoke (or hung up) first, then the deadlines, then
+    // newcomers: a full house drops its oldest, which has had its time.
+    std::vector<Pending> open;
+    open.reserve(pending.size());
+    const uint64_t now = monotonic_ns();
+    for (size_t i = 0; i < pending.size(); ++i) {
+      Pending& p = pending[i];
+      const bool done = fds[i + 2].revents ? read_request(p) : false;
+      if (done || now >= p.deadline_ns) {
+        ::close(p.fd);
+      } else {
+        open.push_back(p);
+      }
+    }
+    pending.swap(open);
+    if (fds[1].revents & POLLIN) accept_new(pending);
+  }
+  for (const Pending& p : pending) ::close(p.fd);
+}
+
+void SegmentServer::accept_new(std::vector<Pending>& pending) {
+  for (int i = 0; i < int(kMaxPending); ++i) {  // bounded: the stop signal is looked at between rounds
+    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
       // Out of fds or memory: the connection stays in the backlog, and poll
       // would report it again at once. Pause rather than spin, still stoppable.
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
         struct pollfd stop = {stop_fd_, POLLIN, 0};
-        if (poll(&stop, 1, 10) > 0) return;
+        poll(&stop, 1, 10);
       }
-      continue;  // EAGAIN, ECONNABORTED, EINTR: nothing to answer
+      return;  // EAGAIN: none left; ECONNABORTED, EINTR: nothing to answer
     }
-    try {
-      answer(conn.get());
-    } catch (const std::exception&) {
-      // A failed poll inside one connection: drop it, keep serving the others.
+    // Abstract sockets have no file permissions: anyone in the network
+    // namespace can connect, so the kernel's word on who connected is the
+    // gate, before anything the stranger sent is read. It is told why (a
+    // reply that cannot block) and dropped.
+    const PeerUid client = peer_uid(fd);
+    if (client.uid != long(geteuid())) {
+      refused_.fetch_add(1);
+      send_reply(fd, kRefused,
+                 client.uid < 0 ? "cannot tell which user the client runs as (" + client.error + ")"
+                                : "the client runs as uid " + std::to_string(client.uid) + ", not " +
+                                      std::to_string(geteuid()),
+                 -1);
+      ::close(fd);
+      continue;
     }
+    if (pending.size() >= kMaxPending) {
+      ::close(pending.front().fd);
+      pending.erase(pending.begin());
+    }
+    pending.push_back(Pending{fd, monotonic_ns() + kRequestWaitNs});
   }
 }
 
-void SegmentServer::answer(int conn) {
-  // The request, within kRequestWaitNs: a client that connects and says
-  // nothing (or too little) is dropped without a word, and not counted.
-  Request req;
-  const uint64_t deadline = monotonic_ns() + kRequestWaitNs;
-  size_t got = 0;
-  while (got < sizeof(req)) {
-    if (wait_for(conn, POLLIN, deadline, stop_fd_) != 1) return;
-    const ssize_t n = recv(conn, reinterpret_cast<char*>(&req) + got, sizeof(req) - got, 0);
-    if (n == 0) return;
-    if (n < 0) {
-      if (errno == EINTR || errno == EAGAIN) continue;
-      return;
-    }
-    got += size_t(n);
-  }
+bool SegmentServer::read_request(Pending& p) {
+  const ssize_t n = recv(p.fd, reinterpret_cast<char*>(&p.req) + p.got, sizeof(p.req) - p.got, 0);
+  if (n == 0) return true;  // hung up before asking: nothing to answer, not counted
+  if (n < 0) return !(errno == EINTR || errno == EAGAIN);
+  p.got += size_t(n);
+  if (p.got < sizeof(p.req)) return false;
+  answer(p);
+  return true;
+}
 
+void SegmentServer::answer(Pending& p) {
+  const Request& req = p.req;
   std::string refusal;
-  const PeerUid client = peer_uid(conn);
-  if (client.uid != long(geteuid())) {
-    // Abstract sockets have no file permissions: anyone in the network
-    // namespace can connect, so the kernel's word on who connected is the
-    // gate, before anything the stranger sent is looked at.
-    refusal = client.uid < 0 ? "cannot tell which user the client runs as (" + client.error + ")"
-                             : "the client runs as uid " + std::to_string(client.uid) + ", not " +
-                                   std::to_string(geteuid());
-  } else if (req.magic != kRequestMagic || req.version != kVersion) {
+  if (req.magic != kRequestMagic || req.version != kVersion) {
     refusal = "not a request of this pycomm (magic " + std::to_string(req.magic) + ", version " +
               std::to_string(req.version) + "; expected version " + std::to_string(kVersion) + ")";
-  } else if (!same_secret(req.secret, secret_.data(), secret_.size())) {
-    refusal = "wrong group secret";
   } else {
-    // Sent under the lock, so that withdraw() cannot close the fd mid-send;
-    // the send does not block.
     std::lock_guard<std::mutex> lock(mu_);
+    // The session segment also goes to a rank that shows its token; every
+    // other segment only to a rank that holds the session (and so the secret).
+    bool member = same_secret(req.proof, secret_.data(), secret_.size());
+    if (!member && req.key == kSessionKey && req.rank > 0 && size_t(req.rank) < members_.size()) {
+      GroupSecret token;
+      std::memcpy(token.data(), req.proof, token.size());
+      const Sha256Digest d = token_digest(token);
+      member = same_secret(d.data(), members_[size_t(req.rank)].data(), d.size());
+    }
     auto it = offered_.find(req.key);
-    if (it != offered_.end()) {
-      send_reply(conn, kGranted, "", it->second);
+    if (!member) {
+      refusal = req.key == kSessionKey && !members_.empty()
+                    ? "wrong token for rank " + std::to_string(req.rank) +
+                          " (not the one whose digest that rank published) and wrong group secret"
+                    : "wrong group secret";
+    } else if (it == offered_.end()) {
+      refusal = "no segment offered under key " + std::to_string(req.key);
+    } else {
+      // Sent under the lock, so that withdraw() cannot close the fd mid-send;
+      // the send does not block.
+      send_reply(p.fd, kGranted, "", it->second.fd);
+      if (it->second.uses_left != 0 && --it->second.uses_left == 0) {
+        ::close(it->second.fd);
+        offered_.erase(it);
+      }
       return;
     }
-    refusal = "no segment offered under key " + std::to_string(req.key);
   }
   refused_.fetch_add(1);
-  send_reply(conn, kRefused, refusal, -1);
+  send_reply(p.fd, kRefused, refusal, -1);
 }
 
 // ---- the client ----------------------------------------------------------------
@@ -457,7 +533,7 @@ UniqueFd connect_by(const std::string& address, uint64_t deadline_ns, const std:
 
 }  // namespace
 
-int fetch_segment(const std::string& address, const GroupSecret& secret, uint64_t key,
+int fetch_segment(const std::string& address, const GroupSecret& proof, uint64_t key, int rank,
                   uint64_t deadline_ns, const std::string& who,
                   const std::function<void()>& still_waiting) {
   const std::function<void()>* check = still_waiting ? &still_waiting : nullptr;
@@ -474,8 +550,9 @@ int fetch_segment(const std::string& address, const GroupSecret& secret, uint64_
   Request req {};
   req.magic = kRequestMagic;
   req.version = kVersion;
-  std::memcpy(req.secret, secret.data(), secret.size());
+  std::memcpy(req.proof, proof.data(), proof.size());
   req.key = key;
+  req.rank = int32_t(rank);
   size_t sent = 0;
   while (sent < sizeof(req)) {
     const ssize_t n = send(sock.get(), reinterpret_cast<const char*>(&req) + sent, sizeof(req) - sent,

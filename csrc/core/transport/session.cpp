@@ -1,7 +1,6 @@
 #include "session.h"
 
 #include <sched.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -18,12 +17,6 @@ namespace {
 
 constexpr uint64_t kSleepSliceNs = 2'000'000;    // re-check abort, deadline and peers this often
 constexpr uint64_t kLivenessEveryNs = 1'000'000;  // ask the kernel about peers at most this often
-
-// This process's PID namespace: the inode of /proc/self/ns/pid (0 if unreadable).
-uint64_t pid_namespace() {
-  struct stat st;
-  return stat("/proc/self/ns/pid", &st) == 0 ? uint64_t(st.st_ino) : 0;
-}
 
 void check_args(int rank, int world) {
   if (world < 1) throw InvalidArgument("world size must be at least 1");
@@ -43,24 +36,51 @@ const char* transport_name(ShmTransport t) {
 }
 
 std::string SegmentPlace::to_string() const {
-  if (transport == ShmTransport::kPosix) return "posix:" + name;
-  return "memfd:" + group_id + ":" + secret_to_hex(secret);
+  return transport == ShmTransport::kPosix ? "posix:" + name : "memfd:" + server;
 }
 
 SegmentPlace SegmentPlace::parse(const std::string& text) {
   const size_t colon = text.find(':');
   const std::string kind = text.substr(0, colon);
-  if (colon != std::string::npos && kind == "posix" && colon + 1 < text.size()) {
-    return named(text.substr(colon + 1));
+  const std::string rest = colon == std::string::npos ? "" : text.substr(colon + 1);
+  if (kind == "posix" && colon != std::string::npos) {
+    check_segment_name(rest, "place");
+    return named(rest);
   }
-  const size_t second = colon == std::string::npos ? colon : text.find(':', colon + 1);
-  if (kind == "memfd" && second != std::string::npos && second > colon + 1) {
-    return {ShmTransport::kMemfd, "", text.substr(colon + 1, second - colon - 1),
-            secret_from_hex(text.substr(second + 1))};
+  if (kind == "memfd" && !rest.empty()) {
+    server_address(rest);  // checks the id's characters
+    return served(rest);
   }
-  throw InvalidArgument("place: expected 'posix:<name>' or 'memfd:<group id>:<secret>', got '" +
-                        text.substr(0, 80) + "'");
+  throw InvalidArgument("place: expected 'posix:<name>' or 'memfd:<server id>', got '" + text.substr(0, 80) + "'");
 }
+
+namespace {
+
+// What an attaching rank checks of the header before it believes a word of
+// it: every size and offset that the session and its data path derive
+// addresses from, against the segment's real size.
+void check_header(const ShmSegment& seg, int world, ShmTransport transport, const std::string& who,
+                  const std::string& what) {
+  const Header* h = static_cast<const Header*>(seg.data());
+  const auto fail = [&](const std::string& why) {
+    throw CommError(who + ": " + what + " is not a pycomm segment for this group (" + why +
+                    "): a stale or foreign segment?");
+  };
+  if (seg.size() < sizeof(Header) || h->magic.load(std::memory_order_acquire) != kSegmentMagic) fail("no pycomm header");
+  if (h->version != kLayoutVersion) {
+    fail("layout version " + std::to_string(h->version) + ", this pycomm's is " + std::to_string(kLayoutVersion));
+  }
+  if (h->world != uint32_t(world)) fail("made for " + std::to_string(h->world) + " ranks, not " + std::to_string(world));
+  if (h->transport != uint32_t(transport)) fail("made for another transport");
+  if (h->total_bytes != seg.size() || h->data_offset != data_region_offset(world) ||
+      h->data_bytes > seg.size() - std::min(seg.size(), size_t(h->data_offset)) ||
+      Session::segment_bytes(world, DataRegion{size_t(h->data_bytes), {}}) != seg.size()) {
+    fail("its sizes do not add up to its " + std::to_string(seg.size()) + " bytes");
+  }
+  if (strnlen(h->group_id, sizeof(h->group_id)) == sizeof(h->group_id)) fail("its group id is not terminated");
+}
+
+}  // namespace
 
 std::unique_ptr<Session> Session::create(int rank, int world, const SegmentPlace& place,
                                          const WaitPolicy& policy, const DataRegion& data) {
@@ -68,8 +88,9 @@ std::unique_ptr<Session> Session::create(int rank, int world, const SegmentPlace
   const size_t data_offset = data_region_offset(world);
   const size_t total = segment_bytes(world, data);
   const bool memfd = place.transport == ShmTransport::kMemfd;
-  ShmSegment seg = memfd ? ShmSegment::create_anonymous(place.group_id, total)
-                         : ShmSegment::create(place.name, total);
+  // The group's id names its channels (posix) and tags its memfds.
+  const std::string group_id = new_group_id();
+  ShmSegment seg = memfd ? ShmSegment::create_anonymous(group_id, total) : ShmSegment::create(place.name, total);
   // The pages were reserved zeroed: every counter starts at 0.
   Header* h = static_cast<Header*>(seg.data());
   h->version = kLayoutVersion;
@@ -79,17 +100,24 @@ std::unique_ptr<Session> Session::create(int rank, int world, const SegmentPlace
   h->data_bytes = data.bytes;
   for (int i = 0; i < kDataParams; ++i) h->data_params[i] = data.params[i];
   h->transport = uint32_t(place.transport);
-  // posix groups name their channels after a group id too: one of their own.
-  const std::string group_id = memfd ? place.group_id : new_group_id();
-  if (group_id.size() >= sizeof(h->group_id)) throw InvalidArgument("group id too long: " + group_id);
+  static_assert(sizeof(h->group_id) > 32, "a group id is 32 hex digits");
   std::snprintf(h->group_id, sizeof(h->group_id), "%s", group_id.c_str());
-  std::memcpy(h->secret, place.secret.data(), sizeof(h->secret));
+  // Made here, kept here: only a rank that maps this segment ever sees it.
+  const GroupSecret secret = new_group_secret();
+  std::memcpy(h->secret, secret.data(), sizeof(h->secret));
   h->magic.store(kSegmentMagic, std::memory_order_release);
   std::unique_ptr<Session> session(
       new Session(rank, world, std::make_shared<ShmSegment>(std::move(seg)), policy));
   if (memfd) {
-    session->server_ = std::make_unique<SegmentServer>(server_address(group_id, rank), place.secret);
+    if (!place.members.empty() && place.members.size() != size_t(world)) {
+      throw InvalidArgument("place: " + std::to_string(place.members.size()) + " member digests for " +
+                            std::to_string(world) + " ranks");
+    }
+    session->count_in(place.server);
+    session->server_->admit_members(place.members);
     session->server_->offer(kSessionKey, session->segment_->fd());
+  } else {
+    session->count_in();
   }
   return session;
 }
@@ -100,7 +128,9 @@ size_t Session::segment_bytes(int world, const DataRegion& data) {
 
 std::unique_ptr<Session> Session::join(int rank, const Session& creator) {
   check_args(rank, creator.world_);
-  return std::unique_ptr<Session>(new Session(rank, creator.world_, creator.segment_, creator.policy_));
+  std::unique_ptr<Session> session(new Session(rank, creator.world_, creator.segment_, creator.policy_));
+  session->count_in();
+  return session;
 }
 
 std::unique_ptr<Session> Session::attach(int rank, int world, const SegmentPlace& place,
@@ -112,32 +142,52 @@ std::unique_ptr<Session> Session::attach(int rank, int world, const SegmentPlace
   if (place.transport == ShmTransport::kMemfd) {
     what = "rank 0's session segment";
     const uint64_t deadline = monotonic_ns() + uint64_t(policy.timeout_s * 1e9);
-    const int fd = core::fetch_segment(server_address(place.group_id, 0), place.secret, kSessionKey,
-                                       deadline, who + ": fetching " + what);
+    const int fd = core::fetch_segment(server_address(place.server), place.token, kSessionKey, rank, deadline,
+                                       who + ": fetching " + what);
     seg = ShmSegment::from_fd(fd, what);
   } else {
     what = "shared memory " + place.name;
     seg = ShmSegment::open(place.name);
   }
-  const Header* h = static_cast<const Header*>(seg.data());
-  if (seg.size() < sizeof(Header) || h->magic.load(std::memory_order_acquire) != kSegmentMagic ||
-      h->version != kLayoutVersion || h->world != uint32_t(world) || h->total_bytes != seg.size() ||
-      h->transport != uint32_t(place.transport)) {
-    throw CommError(who + ": " + what +
-                    " is not a pycomm segment for this world size (a stale or foreign segment?)");
-  }
-  return std::unique_ptr<Session>(
+  check_header(seg, world, place.transport, who, what);
+  std::unique_ptr<Session> session(
       new Session(rank, world, std::make_shared<ShmSegment>(std::move(seg)), policy));
+  session->count_in();
+  return session;
 }
 
 Session::Session(int rank, int world, std::shared_ptr<ShmSegment> segment, const WaitPolicy& policy)
     : rank_(rank), world_(world), segment_(std::move(segment)), policy_(policy) {
   control(rank_).own.pid_ns.store(pid_namespace(), std::memory_order_relaxed);
   control(rank_).own.pid.store(int32_t(getpid()), std::memory_order_release);
+}
+
+void Session::count_in(const std::string& server_id) {
+  if (transport() == ShmTransport::kMemfd) {
+    // Bound before anyone can learn the name (peers read it only once this
+    // rank counted itself in, below), so nobody can take it first.
+    const std::string id = server_id.empty() ? new_group_id() : server_id;
+    server_ = std::make_unique<SegmentServer>(server_address(id), secret());
+    OwnerLine& own = control(rank_).own;
+    std::snprintf(own.server, sizeof(own.server), "%s", id.c_str());
+  }
   header().attached.fetch_add(1, std::memory_order_acq_rel);
 }
 
 Session::~Session() = default;
+
+GroupSecret Session::secret() const {
+  GroupSecret s;
+  std::memcpy(s.data(), header().secret, s.size());
+  return s;
+}
+
+std::string Session::server_of(int owner) const {
+  const OwnerLine& own = control(owner).own;
+  // Written by the owner, a rank of the group; still bounded and checked
+  // (server_address() takes plain ids only) before it is used.
+  return server_address(std::string(own.server, strnlen(own.server, sizeof(own.server))));
+}
 
 void Session::unlink_name() {
   if (transport() == ShmTransport::kPosix) {
@@ -149,8 +199,10 @@ void Session::unlink_name() {
 }
 
 std::string Session::segment_name(int owner, uint64_t key) const {
-  // pycomm-<maker's pid>-...: remove_stale_segments() finds what a killed maker left.
-  return "pycomm-" + std::to_string(control(owner).own.pid.load(std::memory_order_acquire)) + "-" +
+  // Named after its maker's process, so that remove_stale_segments() finds
+  // what a killed maker left.
+  const OwnerLine& own = control(owner).own;
+  return segment_name_prefix(own.pid.load(std::memory_order_acquire), own.pid_ns.load(std::memory_order_relaxed)) +
          header().group_id + "-" + std::to_string(owner) + "-" + std::to_string(key);
 }
 
@@ -159,23 +211,18 @@ ShmSegment Session::make_segment(uint64_t key, size_t bytes) {
   ShmSegment seg = ShmSegment::create_anonymous(std::string(header().group_id) + "-" +
                                                     std::to_string(rank_) + "-" + std::to_string(key),
                                                 bytes);
-  offer_segment(key, seg.fd());
+  offer_segment(key, seg.fd(), 1);  // one peer takes it; nobody else, even with the secret
   seg.close_fd();  // the server holds its own
   return seg;
 }
 
-void Session::offer_segment(uint64_t key, int fd) {
+void Session::offer_segment(uint64_t key, int fd, uint32_t uses) {
   if (transport() != ShmTransport::kMemfd) {
     throw CommError("rank " + std::to_string(rank_) +
                     ": offering a segment by its descriptor needs the memfd transport; this group took posix");
   }
   std::lock_guard<std::mutex> lock(server_mu_);
-  if (!server_) {
-    GroupSecret secret;
-    std::memcpy(secret.data(), header().secret, secret.size());
-    server_ = std::make_unique<SegmentServer>(server_address(header().group_id, rank_), secret);
-  }
-  server_->offer(key, fd);
+  server_->offer(key, fd, uses);
 }
 
 void Session::withdraw_segment(uint64_t key) {
@@ -190,8 +237,6 @@ ShmSegment Session::fetch_segment(int owner, uint64_t key) {
     seg.unlink();  // both ranks map it: nobody needs the name any more
     return seg;
   }
-  GroupSecret secret;
-  std::memcpy(secret.data(), header().secret, secret.size());
   const uint64_t deadline = monotonic_ns() + uint64_t(policy_.timeout_s * 1e9);
   // A dead owner's address may still take connections (a child it forked
   // holds the socket): stop waiting once the session is aborted or a peer is gone.
@@ -201,7 +246,7 @@ ShmSegment Session::fetch_segment(int owner, uint64_t key) {
     if (watch_.first_dead() >= 0) throw CommError(who + ": a peer exited");
   };
   ShmSegment seg = ShmSegment::from_fd(
-      core::fetch_segment(server_address(header().group_id, owner), secret, key, deadline, who, still_waiting),
+      core::fetch_segment(server_of(owner), secret(), key, rank_, deadline, who, still_waiting),
       what);
   seg.close_fd();  // only its maker offers it
   return seg;

@@ -53,18 +53,27 @@ struct WaitPolicy {
 //          nothing is ever named anywhere, so a crash leaves nothing behind;
 //   posix  a file in shm_dir() (/dev/shm, or $PYCOMM_SHM_DIR), unlinked once
 //          mapped: the fallback where memfds or abstract sockets are refused.
+//          A file is taken only if this user made it and nobody else may
+//          open it (ShmSegment::open), but another process of the same user
+//          can open it while it is named: see docs/failures.md.
 enum class ShmTransport : uint32_t { kPosix = 1, kMemfd = 2 };
 const char* transport_name(ShmTransport t);
 
-// Where a group's session segment is found.
+// Where a group's session segment is found, and how a rank proves it may map it.
 struct SegmentPlace {
   ShmTransport transport = ShmTransport::kPosix;
-  std::string name;      // posix: the session segment's name in shm_dir()
-  std::string group_id;  // memfd: whose servers to ask (server_address())
-  GroupSecret secret{};  // memfd: what proves membership to them
+  std::string name;    // posix: the session segment's name in shm_dir()
+  std::string server;  // memfd: the id of rank 0's server (server_address())
+  // memfd, attaching: this rank's token, whose digest it published (rank 0's
+  // server asks for it). Never leaves this process but to that server.
+  GroupSecret token{};
+  // memfd, creating: each rank's token digest, in rank order (rank 0's unused).
+  std::vector<Sha256Digest> members;
 
-  static SegmentPlace named(const std::string& name) { return {ShmTransport::kPosix, name, "", {}}; }
-  // As the store carries it: "posix:<name>" or "memfd:<group id>:<secret in hex>".
+  static SegmentPlace named(const std::string& name) { return {ShmTransport::kPosix, name, "", {}, {}}; }
+  static SegmentPlace served(const std::string& server) { return {ShmTransport::kMemfd, "", server, {}, {}}; }
+  // As the store carries it: "posix:<name>" or "memfd:<server id>" (no
+  // token, no digest: those travel apart).
   std::string to_string() const;
   static SegmentPlace parse(const std::string& text);  // InvalidArgument if malformed
 };
@@ -78,9 +87,11 @@ struct DataRegion {
 class Session {
  public:
   // Rank 0 creates the segment (posix: under a fresh name, see
-  // new_segment_name(); memfd: anonymous, offered by its server); the others
-  // attach to the place it shares through the store. Call start() once every
-  // rank has attached, then unlink_name().
+  // new_segment_name(); memfd: anonymous, offered by its server to the ranks
+  // whose tokens match place.members); the others attach to the place it
+  // shares through the store. With memfd, every rank binds its own server
+  // here, before it counts itself attached. Call start() once every rank has
+  // attached, then unlink_name().
   static std::unique_ptr<Session> create(int rank, int world, const SegmentPlace& place,
                                          const WaitPolicy& policy, const DataRegion& data);
   static std::unique_ptr<Session> attach(int rank, int world, const SegmentPlace& place,
@@ -92,9 +103,9 @@ class Session {
                                          const WaitPolicy& policy, const DataRegion& data) {
     return create(rank, world, SegmentPlace::named(name), policy, data);
   }
-  // Another rank in this process, sharing `creator`'s mapping. Native tests run
-  // ranks as threads this way, so ThreadSanitizer sees every rank's accesses
-  // at the same addresses.
+  // Another rank in this process, sharing `creator`'s mapping (and, memfd,
+  // with a server of its own). Native tests run ranks as threads this way, so
+  // ThreadSanitizer sees every rank's accesses at the same addresses.
   static std::unique_ptr<Session> join(int rank, const Session& creator);
   ~Session();
   Session(const Session&) = delete;
@@ -115,18 +126,19 @@ class Session {
 
   // The group's other segments (point-to-point channels), each made by one
   // rank for one peer. make_segment() creates `bytes` of zeroed shared memory
-  // and offers it under `key` (memfd: through this rank's server, started on
-  // first use; posix: under a name derived from the group, this rank's pid and
-  // the key); fetch_segment() maps what `owner` offered under `key`, within
-  // the session's timeout. Both throw CommError naming the ranks. The caller
-  // keeps the segment: a posix one stays named until the peer took it
-  // (fetch unlinks it) or its maker unlinks it.
+  // and offers it under `key` to one taker (memfd: through this rank's
+  // server, which withdraws it once taken; posix: under a name derived from
+  // the group, this rank's pid and the key); fetch_segment() maps what
+  // `owner` offered under `key`, within the session's timeout. Both throw
+  // CommError naming the ranks. The caller keeps the segment: a posix one
+  // stays named until the peer took it (fetch unlinks it) or its maker unlinks it.
   ShmSegment make_segment(uint64_t key, size_t bytes);
   ShmSegment fetch_segment(int owner, uint64_t key);
   // memfd only: offers a duplicate of `fd` (a segment made before the group
-  // was known: symmetric memory's) under `key`, until withdraw_segment(key).
-  // CommError on a posix session, whose segments are found by name instead.
-  void offer_segment(uint64_t key, int fd);
+  // was known: symmetric memory's) under `key`, for `uses` grants (0: until
+  // withdraw_segment(key)). CommError on a posix session, whose segments are
+  // found by name instead.
+  void offer_segment(uint64_t key, int fd, uint32_t uses = 0);
   void withdraw_segment(uint64_t key);
 
   // The data path's region of the segment and what the creator recorded of it.
@@ -193,6 +205,9 @@ class Session {
 
  private:
   Session(int rank, int world, std::shared_ptr<ShmSegment> segment, const WaitPolicy& policy);
+  // The last step of create/attach/join: binds this rank's server (memfd,
+  // under `server_id`, or a fresh id) and counts the rank in.
+  void count_in(const std::string& server_id = "");
 
   Header& header() const { return *static_cast<Header*>(segment_->data()); }
   RankControl& control(int r) const {
@@ -206,14 +221,17 @@ class Session {
 
   // posix: the name under which `owner` offers `key`.
   std::string segment_name(int owner, uint64_t key) const;
+  // memfd: the address of `owner`'s server, as it wrote it in its owner line.
+  std::string server_of(int owner) const;
+  GroupSecret secret() const;
 
   int rank_;
   int world_;
   std::shared_ptr<ShmSegment> segment_;
   WaitPolicy policy_;
   PeerWatch watch_;
-  // memfd: what this rank offers its peers (rank 0: the session from create()
-  // on; the others from their first make_segment()).
+  // memfd: what this rank offers its peers, bound at set-up (rank 0's offers
+  // the session segment from create() until unlink_name()).
   std::mutex server_mu_;
   std::unique_ptr<SegmentServer> server_;
 

@@ -34,7 +34,8 @@ constexpr uint64_t kSegmentMagic = 0x31304d4d4f435950ULL;  // "PYCOMM01"
 // 4: the header holds the group's transport, id and secret (segment_exchange.h).
 // 5: fingerprints gained place (symmetric memory).
 // 6: each rank's probe line (cross-memory attach, cross_memory.h).
-constexpr uint32_t kLayoutVersion = 6;
+// 7: each rank's segment server id in its owner line; the secret is rank 0's alone.
+constexpr uint32_t kLayoutVersion = 7;
 constexpr int kDataParams = 8;
 
 // Written by the owning rank only.
@@ -49,6 +50,11 @@ struct alignas(kLine) OwnerLine {
   // peer watches it only from the same namespace (containers of one pod share
   // the network, so the memfd transport, but not always the PIDs).
   std::atomic<uint64_t> pid_ns{0};
+  // memfd: the id of this rank's segment server (server_address()), bound
+  // before the rank counts itself attached, NUL-terminated; peers ask it for
+  // what this rank offers. A random name that reaches no one outside the group
+  // before it is bound: nobody can take it first.
+  char server[40];
   Fingerprint fingerprint[2];
 };
 
@@ -100,9 +106,10 @@ struct alignas(kLine) Header {
   uint64_t data_bytes;
   uint64_t data_params[kDataParams];  // the data path's own description of its region
   // Where the group's other segments (point-to-point channels) come from: the
-  // transport (ShmTransport), the group's id (servers' addresses, or the
-  // channels' names in shm_dir()) and its secret. Only the group's ranks can
-  // read them: the secret reaches a rank with this segment, or through the store.
+  // transport (ShmTransport), the group's id (in the channels' names, in
+  // shm_dir() or as memfd names) and its secret, which every rank's server
+  // asks for. Only the group's ranks can read them: the secret reaches a rank
+  // with this segment and in no other way.
   uint32_t transport;
   char group_id[40];
   uint8_t secret[32];

@@ -84,10 +84,31 @@ std::string shm_dir() {
   return (dir && *dir) ? std::string(dir) : std::string("/dev/shm");
 }
 
+void check_segment_name(const std::string& name, const char* what) {
+  const bool plain = !name.empty() && name.size() <= 200 && name[0] != '.' &&
+                     std::all_of(name.begin(), name.end(), [](char c) {
+                       return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+                     });
+  if (!plain) {
+    throw InvalidArgument(std::string(what) +
+                          ": a segment name is 1 to 200 letters, digits, '.', '_' or '-', not starting "
+                          "with '.'; got '" + name.substr(0, 80) + "'");
+  }
+}
+
+uint64_t pid_namespace() {
+  struct stat st;
+  return stat("/proc/self/ns/pid", &st) == 0 ? uint64_t(st.st_ino) : 0;
+}
+
+std::string segment_name_prefix(long pid, uint64_t pid_ns) {
+  return kPrefix + std::to_string(pid) + "-n" + std::to_string(pid_ns) + "-";
+}
+
 std::string new_segment_name(const std::string& tag) {
   std::random_device rd;
   std::ostringstream os;
-  os << kPrefix << getpid() << "-";
+  os << segment_name_prefix(getpid(), pid_namespace());
   for (char c : tag) os << (std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
   if (!tag.empty()) os << "-";
   os << std::hex << rd() << rd();
@@ -95,6 +116,7 @@ std::string new_segment_name(const std::string& tag) {
 }
 
 ShmSegment ShmSegment::create(const std::string& name, size_t bytes) {
+  check_segment_name(name, "shared memory");
   const std::string path = path_of(name);
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) throw CommError(sys_error("cannot create shared memory " + path, errno));
@@ -137,14 +159,35 @@ ShmSegment ShmSegment::create(const std::string& name, size_t bytes) {
 }
 
 ShmSegment ShmSegment::open(const std::string& name) {
+  check_segment_name(name, "shared memory");
   const std::string path = path_of(name);
-  int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+  // O_NONBLOCK: a FIFO planted under the name must not block the open.
+  int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) throw CommError(sys_error("cannot open shared memory " + path, errno));
   struct stat st;
-  if (fstat(fd, &st) != 0 || st.st_size <= 0) {
+  if (fstat(fd, &st) != 0) {
     int err = errno;
     ::close(fd);
     throw CommError(sys_error("cannot size shared memory " + path, err));
+  }
+  // What this user's pycomm makes: a regular file, its own, 0600. Anything
+  // else someone else made (or could change under us) and is not mapped.
+  std::string foreign;
+  if (!S_ISREG(st.st_mode)) {
+    foreign = "it is not a regular file";
+  } else if (st.st_uid != geteuid()) {
+    foreign = "it belongs to uid " + std::to_string(st.st_uid) + ", not to this process's " + std::to_string(geteuid());
+  } else if (st.st_mode & 077) {
+    char mode[8];
+    std::snprintf(mode, sizeof(mode), "%04o", unsigned(st.st_mode & 07777));
+    foreign = std::string("its mode is ") + mode + ": others may open it";
+  } else if (st.st_size <= 0) {
+    foreign = "it is empty";
+  }
+  if (!foreign.empty()) {
+    ::close(fd);
+    throw CommError("refusing shared memory " + path + ": " + foreign + " (pycomm makes its segments 0600, "
+                    "owned by the user that runs the group)");
   }
   const size_t bytes = size_t(st.st_size);
   ShmSegment seg;
@@ -315,14 +358,24 @@ int remove_stale_segments() {
   DIR* dir = opendir(shm_dir().c_str());
   if (!dir) return 0;
   int removed = 0;
+  const uint64_t my_ns = pid_namespace();
   const size_t prefix_len = std::strlen(kPrefix);
   while (struct dirent* e = readdir(dir)) {
     if (std::strncmp(e->d_name, kPrefix, prefix_len) != 0) continue;
+    // pycomm-<pid>-n<namespace>-...; older names carry no namespace and are
+    // left alone, as are names made in another namespace.
     char* end = nullptr;
-    long pid = std::strtol(e->d_name + prefix_len, &end, 10);
-    if (pid <= 0 || end == nullptr || *end != '-') continue;
-    if (kill(pid_t(pid), 0) == 0 || errno != ESRCH) continue;  // creator still runs
-    if (::unlink(path_of(e->d_name).c_str()) == 0) ++removed;
+    const long pid = std::strtol(e->d_name + prefix_len, &end, 10);
+    if (pid <= 0 || end == nullptr || std::strncmp(end, "-n", 2) != 0) continue;
+    const unsigned long long ns = std::strtoull(end + 2, &end, 10);
+    if (end == nullptr || *end != '-' || my_ns == 0 || ns != my_ns) continue;
+    // This user's regular files only: root sweeping /dev/shm must not remove
+    // another user's group's segment.
+    struct stat st;
+    const std::string path = path_of(e->d_name);
+    if (lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid()) continue;
+    if (kill(pid_t(pid), 0) == 0 || errno != ESRCH) continue;  // its maker still runs
+    if (::unlink(path.c_str()) == 0) ++removed;
   }
   closedir(dir);
   return removed;

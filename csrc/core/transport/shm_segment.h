@@ -18,7 +18,9 @@ class ShmSegment {
   // full /dev/shm fails here with a clear CommError rather than with SIGBUS on
   // first touch.
   static ShmSegment create(const std::string& name, size_t bytes);
-  // Opens and maps a segment another rank created, at its full size.
+  // Opens and maps a segment another rank created, at its full size. Refuses
+  // (CommError) what is not a regular file of this user that nobody else may
+  // read or write: another user's file is never mapped as a group's memory.
   static ShmSegment open(const std::string& name);
 
   // Anonymous memory: a memfd, sized, every page reserved (so that a full
@@ -77,13 +79,28 @@ uint64_t memory_available();
 // The directory segments live in: $PYCOMM_SHM_DIR, or /dev/shm.
 std::string shm_dir();
 
-// A fresh segment name: pycomm-<creator pid>-<tag>-<random>. The tag (a
-// process group's name) says whose segment it is; characters other than
-// letters and digits become '_'.
+// A segment's name is a plain file name in shm_dir(): 1 to 200 letters,
+// digits, '.', '_' or '-', not starting with '.'. Anything else (a '/', "..")
+// is an InvalidArgument naming `what`: a name from the store never leads
+// out of shm_dir().
+void check_segment_name(const std::string& name, const char* what);
+
+// This process's PID namespace: the inode of /proc/self/ns/pid (0 if unreadable).
+uint64_t pid_namespace();
+
+// How every segment name starts: pycomm-<maker's pid>-n<its PID namespace>-.
+// The namespace says where the pid means that process (remove_stale_segments).
+std::string segment_name_prefix(long pid, uint64_t pid_ns);
+
+// A fresh segment name: the prefix, <tag>-<random>. The tag (a process
+// group's name) says whose segment it is; characters other than letters and
+// digits become '_'.
 std::string new_segment_name(const std::string& tag = "");
 
-// Unlinks pycomm segments whose creator pid no longer runs: what a rank killed
-// between creating a segment and the unlink leaves behind. Returns the count.
+// Unlinks pycomm segments whose maker no longer runs: what a rank killed
+// between creating a segment and the unlink leaves behind. Only this user's
+// regular files, and only those made in this PID namespace (a pid elsewhere
+// names another process here, or none). Returns the count.
 int remove_stale_segments();
 
 }  // namespace pycomm::core
