@@ -64,6 +64,27 @@ bool CpuSymmetricMemory::on_session(const core::Session& s) const {
   return session_ == &s && !comm_.expired();
 }
 
+// torch's get_signal_pad sizes its view, and checks its bounds, by the
+// signal_pad_size of the moment of the call (torch keeps it in a global with
+// no hook, so pycomm cannot see it change), not by this buffer's pad: raised
+// after the allocation, it would hand out a view past the pad's end. torch
+// asks for these pointers before it makes that view, and a kernel given them
+// sizes the pad the same way, so they are refused while the size exceeds this
+// pad. A smaller size only shortens the views; pycomm's own signals index by
+// pad_bytes_ and need no check.
+std::vector<void*>& CpuSymmetricMemory::checked_pads() {
+  const size_t now = cs::get_signal_pad_size();
+  TORCH_CHECK_VALUE(now <= pad_bytes_, "symmetric memory signal pad: signal_pad_size is ", now,
+                    " bytes (set_signal_pad_size), but this buffer's signal pad was allocated with ",
+                    pad_bytes_, ": a view or kernel sized by it would reach past the pad (set the "
+                    "size before allocating, as torch asks, or set it back to ", pad_bytes_, ")");
+  return pads_;
+}
+
+std::vector<void*> CpuSymmetricMemory::get_signal_pad_ptrs() { return checked_pads(); }
+
+void** CpuSymmetricMemory::get_signal_pad_ptrs_dev() { return checked_pads().data(); }
+
 uint32_t* CpuSymmetricMemory::slot(int pad_rank, int channel, int from, const char* what) {
   const int world = get_world_size();
   const int peer = pad_rank == rank_ ? from : pad_rank;
@@ -147,12 +168,25 @@ void CpuSymmetricMemory::barrier(int channel, size_t timeout_ms) {
 
 namespace {
 
-// One allocation: its segment ([buffer | signal pad]) and its rendezvous so far.
-struct Block {
-  std::shared_ptr<core::ShmSegment> segment;
+// Where an allocation's parts lie in its segment. The pad's size is the
+// signal_pad_size of the moment of allocation, which each process sets for
+// itself: ranks may disagree on it even where their segments' totals agree.
+struct Layout {
   size_t buffer_bytes;
   size_t pad_offset;
   size_t pad_bytes;
+  bool operator==(const Layout&) const = default;
+};
+
+std::string describe(const Layout& l) {
+  return c10::str("a ", l.buffer_bytes, "-byte buffer and a ", l.pad_bytes,
+                  "-byte signal pad at offset ", l.pad_offset);
+}
+
+// One allocation: its segment ([buffer | signal pad]) and its rendezvous so far.
+struct Block {
+  std::shared_ptr<core::ShmSegment> segment;
+  Layout layout;
   std::map<std::string, c10::intrusive_ptr<CpuSymmetricMemory>> handles;  // by group name
 };
 
@@ -200,9 +234,7 @@ class CpuAllocator : public cs::SymmetricMemoryAllocator {
     } catch (const core::CommError& e) {
       TORCH_CHECK(false, "symmetric memory: allocating ", size, " bytes: ", e.what());
     }
-    block->buffer_bytes = size;
-    block->pad_offset = pad_offset;
-    block->pad_bytes = pad_bytes;
+    block->layout = Layout{size, pad_offset, pad_bytes};
     void* ptr = block->segment->data();
     std::lock_guard<std::mutex> lock(mu_);
     blocks_.emplace(ptr, std::move(block));
@@ -223,7 +255,7 @@ class CpuAllocator : public cs::SymmetricMemoryAllocator {
     auto it = blocks_.find(ptr);
     TORCH_CHECK_VALUE(it != blocks_.end(), "symmetric memory: this tensor's storage was not "
                                            "allocated by symm_mem.empty");
-    return it->second->buffer_bytes;
+    return it->second->layout.buffer_bytes;
   }
 
   c10::intrusive_ptr<cs::SymmetricMemory> rendezvous(void* ptr,
@@ -250,7 +282,7 @@ class CpuAllocator : public cs::SymmetricMemoryAllocator {
     auto it = blocks_.find(base);
     if (it == blocks_.end()) return false;
     const size_t offset = size_t(static_cast<char*>(t.data_ptr()) - base);
-    if (offset + t.nbytes() > it->second->buffer_bytes) return false;
+    if (offset + t.nbytes() > it->second->layout.buffer_bytes) return false;
     for (const auto& [name, handle] : it->second->handles) {
       if (!handle->on_session(session)) continue;
       out->peers.clear();
@@ -263,7 +295,7 @@ class CpuAllocator : public cs::SymmetricMemoryAllocator {
 
   c10::intrusive_ptr<CpuSymmetricMemory> handle(void* ptr, const std::string& group_name, const char* op) {
     std::shared_ptr<core::ShmSegment> own;
-    size_t buffer_bytes, pad_offset, pad_bytes;
+    Layout layout;
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = blocks_.find(ptr);
@@ -273,14 +305,12 @@ class CpuAllocator : public cs::SymmetricMemoryAllocator {
       auto h = b.handles.find(group_name);
       if (h != b.handles.end()) return h->second;
       own = b.segment;
-      buffer_bytes = b.buffer_bytes;
-      pad_offset = b.pad_offset;
-      pad_bytes = b.pad_bytes;
+      layout = b.layout;
     }
     // The exchange runs unlocked: it waits for the peers, within the group's timeout.
     std::lock_guard<std::mutex> one_at_a_time(rendezvous_mu_);
     c10::intrusive_ptr<CpuSymmetricMemory> made =
-        exchange(pycomm_group(group_name, op), own, buffer_bytes, pad_offset, pad_bytes);
+        exchange(pycomm_group(group_name, op), own, layout);
     std::lock_guard<std::mutex> lock(mu_);
     auto it = blocks_.find(ptr);
     if (it != blocks_.end()) it->second->handles.emplace(group_name, made);
@@ -288,13 +318,17 @@ class CpuAllocator : public cs::SymmetricMemoryAllocator {
   }
 
  private:
-  // Every rank offers its segment under the group's next symmetric key, waits
-  // for all (a barrier of the group), maps every peer's, and withdraws its offer
-  // once all have mapped (a second barrier). A buffer of another size on any
-  // rank fails every rank, after the exchange, naming the sizes.
+  // Every rank offers its segment under the group's next symmetric key,
+  // gathers every rank's layout (which waits for all offers, as a barrier of
+  // the group would), maps every peer's segment, and withdraws its offer once
+  // all have mapped (a barrier). A peer's pad is found at this rank's
+  // pad_offset and its signals are indexed by this rank's pad_bytes, so ranks
+  // whose layouts differ in any part (equal totals included) would signal
+  // into each other's data: every rank sees the same gathered layouts and
+  // fails alike, before anything of a peer is mapped.
   c10::intrusive_ptr<CpuSymmetricMemory> exchange(const PycommGroup& group,
                                                   const std::shared_ptr<core::ShmSegment>& own,
-                                                  size_t buffer_bytes, size_t pad_offset, size_t pad_bytes) {
+                                                  const Layout& layout) {
     const std::shared_ptr<void> blocking = enter_blocking_scope();
     core::Session& session = group.comm->session();
     const int rank = group.comm->rank();
@@ -305,7 +339,13 @@ class CpuAllocator : public cs::SymmetricMemoryAllocator {
     session.offer_segment(key, own->fd());
     std::vector<std::shared_ptr<core::ShmSegment>> segments(world);
     try {
-      group.backend->barrier(c10d::BarrierOptions())->wait();
+      const std::vector<Layout> layouts = gather_layouts(group, layout);
+      for (int r = 0; r < world; ++r) {
+        TORCH_CHECK_VALUE(layouts[r] == layout, "symm_mem.rendezvous: rank ", r, " allocated ",
+                          describe(layouts[r]), "; rank ", rank, " ", describe(layout),
+                          " (every rank allocates the same size, in the same order, under the "
+                          "same set_signal_pad_size)");
+      }
       for (int r = 0; r < world; ++r) {
         segments[r] = r == rank ? own : std::make_shared<core::ShmSegment>(session.fetch_segment(r, key));
       }
@@ -315,14 +355,30 @@ class CpuAllocator : public cs::SymmetricMemoryAllocator {
       throw;
     }
     session.withdraw_segment(key);
+    // The views reach as far as the layout says; what bounds them is the
+    // memfd's own (sealed) size, whatever its owner announced.
     for (int r = 0; r < world; ++r) {
       TORCH_CHECK_VALUE(segments[r]->size() == own->size(), "symm_mem.rendezvous: rank ", r,
-                        "'s buffer has ", segments[r]->size() - pad_bytes, " bytes, rank ", rank,
-                        "'s ", own->size() - pad_bytes,
-                        " (every rank allocates the same size, in the same order)");
+                        " offered a segment of ", segments[r]->size(), " bytes, where ",
+                        describe(layout), " take ", own->size());
     }
-    return c10::make_intrusive<CpuSymmetricMemory>(std::move(segments), buffer_bytes, pad_offset,
-                                                   pad_bytes, rank, number, group.comm);
+    return c10::make_intrusive<CpuSymmetricMemory>(std::move(segments), layout.buffer_bytes,
+                                                   layout.pad_offset, layout.pad_bytes, rank, number,
+                                                   group.comm);
+  }
+
+  // Every rank's layout, in rank order, through the group's all-gather.
+  static std::vector<Layout> gather_layouts(const PycommGroup& group, const Layout& layout) {
+    at::Tensor mine = at::tensor({int64_t(layout.buffer_bytes), int64_t(layout.pad_offset),
+                                  int64_t(layout.pad_bytes)}, at::kLong);
+    at::Tensor all = at::empty({group.comm->world(), 3}, at::kLong);
+    group.backend->_allgather_base(all, mine)->wait();
+    std::vector<Layout> layouts;
+    for (int r = 0; r < group.comm->world(); ++r) {
+      const int64_t* l = all[r].data_ptr<int64_t>();
+      layouts.push_back(Layout{size_t(l[0]), size_t(l[1]), size_t(l[2])});
+    }
+    return layouts;
   }
 
   std::mutex mu_;

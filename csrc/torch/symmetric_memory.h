@@ -49,10 +49,12 @@ class CpuSymmetricMemory : public c10d::symmetric_memory::SymmetricMemory {
   ~CpuSymmetricMemory() override;
 
   std::vector<void*> get_buffer_ptrs() override { return buffers_; }
-  std::vector<void*> get_signal_pad_ptrs() override { return pads_; }
+  // The pads, refused (ValueError) while signal_pad_size is larger than this
+  // buffer's pad: see checked_pads().
+  std::vector<void*> get_signal_pad_ptrs() override;
   // On a CPU the "device" arrays are these host arrays.
   void** get_buffer_ptrs_dev() override { return buffers_.data(); }
-  void** get_signal_pad_ptrs_dev() override { return pads_.data(); }
+  void** get_signal_pad_ptrs_dev() override;
   size_t get_buffer_size() override { return buffer_bytes_; }
   size_t get_offset() override { return 0; }
   bool has_multicast_support() override { return false; }
@@ -76,6 +78,8 @@ class CpuSymmetricMemory : public c10d::symmetric_memory::SymmetricMemory {
   bool on_session(const core::Session& s) const;
 
  private:
+  // pads_, once signal_pad_size is checked not to exceed pad_bytes_.
+  std::vector<void*>& checked_pads();
   // Rank pad_rank's slot for signals from `from` on `channel`.
   uint32_t* slot(int pad_rank, int channel, int from, const char* what);
   // Moves *slot from `from` to `to` once it holds `from`; bounded as above.
