@@ -9,6 +9,7 @@ overridden by each setting's PYCOMM_* environment variable.
 from __future__ import annotations
 
 import datetime
+import math
 import os
 from typing import NamedTuple
 
@@ -25,6 +26,8 @@ class Setting(NamedTuple):
     unit: str    # that variable's unit
     factor: int  # from the variable's unit to the setting's
     type: str    # "int", "float", "bool", or "choice" (one of the unit's "a/b/c")
+    lo: float    # the least value, in the setting's unit (not the variable's); 0 for a choice
+    hi: float    # the largest
     why: str
 
 
@@ -50,10 +53,9 @@ def _from_env(s: Setting):
         if raw not in choices:
             raise ValueError(f"{s.env}: expected one of {', '.join(choices)}, got {raw!r}")
         return raw
-    value = _number(s.env, raw)
-    if value < 0:
-        raise ValueError(f"{s.env}: expected a number of 0 or more, got {raw!r}")
-    return _CAST[s.type](value * s.factor)
+    value = _number(s.env, raw) * s.factor
+    _C.check_setting(s.name, value, s.env)  # its bounds: nan, inf, negatives and huge sizes refused
+    return _CAST[s.type](value)
 
 
 def setting(name: str, world: int = 2):
@@ -66,21 +68,33 @@ def setting(name: str, world: int = 2):
 
 
 def timeout_seconds(timeout, default=None) -> float:
-    """`timeout` (seconds or a timedelta), else $PYCOMM_TIMEOUT, else `default`,
-    else pycomm's default."""
+    """`timeout` (seconds or a timedelta), else $PYCOMM_TIMEOUT, else `default`
+    (the group's own timeout), else pycomm's default. Each is checked against the
+    timeout's bounds (finite, at least a millisecond): a ValueError naming
+    `timeout`, the variable or the group's timeout."""
+    s = _BY_NAME["timeout_s"]
     if timeout is None:
-        value = _from_env(_BY_NAME["timeout_s"])
+        value = _from_env(s)
         if value is not None:
             return value
-        if default is not None:
-            return float(default)
-        return float(_C.default_config(1, 1)["timeout_s"])
-    if isinstance(timeout, datetime.timedelta):
-        timeout = timeout.total_seconds()
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise ValueError(f"timeout: expected a positive number of seconds or a timedelta, "
-                         f"got {timeout!r}")
-    return float(timeout)
+        if default is None:
+            return float(_C.default_config(1, 1)["timeout_s"])
+        # A group's timeout longer than pycomm's longest (decades) means "no
+        # deadline" for any run: the longest serves, rather than an error.
+        timeout, source = min(float(default), s.hi), "the group's timeout"
+    else:
+        if isinstance(timeout, datetime.timedelta):
+            timeout = timeout.total_seconds()
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+            raise ValueError(f"timeout: expected a positive number of seconds or a timedelta, "
+                             f"got {timeout!r}")
+        source = "timeout"
+    try:
+        seconds = float(timeout)
+    except OverflowError:  # an int beyond any float
+        seconds = math.inf
+    _C.check_setting(s.name, seconds, source)
+    return seconds
 
 
 def communicator_config(world: int, timeout_s: float) -> dict:
@@ -91,8 +105,5 @@ def communicator_config(world: int, timeout_s: float) -> dict:
         value = _from_env(s)
         if value is not None:
             config[s.name] = value
-    if config["team_threads"] < 1:  # a team has its caller at least
-        raise ValueError(f"PYCOMM_THREADS: expected 1 or more threads, got "
-                         f"{os.environ.get('PYCOMM_THREADS')!r}")
     config["timeout_s"] = timeout_s
     return config

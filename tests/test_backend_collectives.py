@@ -998,6 +998,22 @@ def bad_input_case():
             x, y = torch.zeros(world + 1, world), torch.zeros(world + 1, world)
             expect_raises(c, "all_to_all_single rows that do not split evenly",
                           lambda: dist.all_to_all_single(y, x), ValueError, ["dim 0", "evenly"], x)
+        if world > 2:
+            # Split sizes near 2^63 that wrap: to a sum equal to the tensor's 4 rows (three
+            # sizes, 2^64 + 4), or to blocks of rows x 4 elements far past its end. Refused
+            # by the rank that passes them, before anything is sent.
+            top = (1 << 63) - 1
+            wrap = [top, top, 6] + [0] * (world - 3)
+            even = [4 // world + (r < 4 % world) for r in range(world)]
+            x, y = torch.zeros(4), torch.zeros(4)
+            for arg, (outs, ins) in {"input": (even, wrap), "output": (wrap, even)}.items():
+                expect_raises(c, f"all_to_all_single {arg}_split_sizes that wrap their sum",
+                              lambda: dist.all_to_all_single(y, x, outs, ins), ValueError,
+                              [f"{arg}_split_sizes:", "does not fit in 64 bits"], x)
+            x2, y2 = torch.zeros(4, 4), torch.zeros(4, 4)
+            expect_raises(c, "all_to_all_single input_split_sizes whose blocks wrap",
+                          lambda: dist.all_to_all_single(y2, x2, even, wrap), ValueError,
+                          ["input_split_sizes:", "9223372036854775807 * 4", "does not fit in 64 bits"], x2)
         # No arithmetic for float8 (gloo has none either): a TypeError naming the
         # tensor and its dtype; an op complex values cannot take: a ValueError.
         t = torch.zeros(5, dtype=torch.float8_e4m3fn)

@@ -230,13 +230,87 @@ def test_init_requires_a_process_group():
         pycomm.all_reduce(torch.ones(2))
 
 
-def test_bad_timeout_is_rejected():
+TIMEOUT_RANGE = "expected 0.001 to 1000000000 s"
+
+
+def test_bad_timeout_is_rejected(monkeypatch):
+    """A timeout of nan never expires, inf neither, and 0 or less has passed already: each is
+    refused, from the argument, from PYCOMM_TIMEOUT and from the group's own timeout, naming
+    where it came from and the range."""
+    import datetime
+    import math
+
     from pycomm.config import timeout_seconds
 
-    for bad in (0, -1, "10", True):
-        with pytest.raises(ValueError, match="timeout"):
+    monkeypatch.delenv("PYCOMM_TIMEOUT", raising=False)
+    for bad in ("10", True):
+        with pytest.raises(ValueError, match=r"^timeout: expected a positive number of seconds"):
             timeout_seconds(bad)
-    assert timeout_seconds(2) == 2.0
+    for bad, said in [(0, "0"), (-1, "-1"), (math.nan, "nan"), (math.inf, "inf"), (-math.inf, "-inf"),
+                      (1e-6, "1e-06"), (10**400, "inf"), (datetime.timedelta(0), "0"),
+                      (datetime.timedelta(days=36500), "3153600000")]:
+        with pytest.raises(ValueError, match=rf"^timeout: {TIMEOUT_RANGE}, got {said} s$"):
+            timeout_seconds(bad)
+    for raw in ("nan", "inf", "0", "-5"):
+        monkeypatch.setenv("PYCOMM_TIMEOUT", raw)
+        with pytest.raises(ValueError, match=rf"^PYCOMM_TIMEOUT: {TIMEOUT_RANGE}, got {raw} s$"):
+            timeout_seconds(None)
+    monkeypatch.delenv("PYCOMM_TIMEOUT")
+    with pytest.raises(ValueError, match=rf"^the group's timeout: {TIMEOUT_RANGE}, got 0 s$"):
+        timeout_seconds(None, default=0.0)
+    # A group's timeout of centuries is no deadline in any run: the longest serves.
+    assert timeout_seconds(None, default=datetime.timedelta.max.total_seconds()) == 1e9
+    assert timeout_seconds(2) == 2.0 and timeout_seconds(datetime.timedelta(minutes=1)) == 60.0
+    assert timeout_seconds(0.001) == 0.001 and timeout_seconds(1e9) == 1e9
+
+
+def _with_env(env: dict, make):
+    """make() with the variables `env` set (restored after): "no error", or its ValueError's text."""
+    import os
+
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        make().close()
+        return "no error"
+    except ValueError as e:
+        return str(e)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                del os.environ[k]
+            else:
+                os.environ[k] = v
+
+
+def settings_attack_case():
+    """Every rank is given a setting that crashed a group (a ring buffer of 2^52 KiB: its
+    segment's size wrapped, and the first 256 KiB all-reduce wrote past it) or a timeout
+    with no deadline. Each is refused on every rank, naming it, before a communicator is
+    made; the rank's communicator runs on, and a new one works."""
+    huge = {"PYCOMM_RING_BUFFER_KB": "4503599627370496"}
+    said = {"PYCOMM_RING_BUFFER_KB": _with_env(huge, lambda: pycomm.Communicator(timeout=30))}
+    for raw in ("nan", "inf", "0"):
+        said[f"PYCOMM_TIMEOUT={raw}"] = _with_env({"PYCOMM_TIMEOUT": raw}, pycomm.Communicator)
+        said[f"timeout={raw}"] = _with_env({}, lambda: pycomm.Communicator(timeout=float(raw)))
+    world = dist.get_world_size()
+    t = torch.ones(64 << 10)  # 256 KiB, through the ring's links
+    pycomm.all_reduce(t, algorithm="ring")
+    comm = pycomm.Communicator(timeout=30)
+    u = torch.ones(64 << 10)
+    comm.all_reduce(u, algorithm="ring")
+    comm.close()
+    return said, bool((t == world).all()), bool((u == world).all())
+
+
+def test_settings_that_would_crash_a_group_are_refused_on_every_rank(worlds):
+    for rank, (said, old_ok, new_ok) in enumerate(worlds(2).run(settings_attack_case)):
+        assert said["PYCOMM_RING_BUFFER_KB"] == ("PYCOMM_RING_BUFFER_KB: expected 0.0625 to 4194304 KiB, "
+                                                 "got 4503599627370496 KiB"), (rank, said)
+        for raw in ("nan", "inf", "0"):
+            assert said[f"PYCOMM_TIMEOUT={raw}"] == f"PYCOMM_TIMEOUT: {TIMEOUT_RANGE}, got {raw} s", (rank, said)
+            assert said[f"timeout={raw}"] == f"timeout: {TIMEOUT_RANGE}, got {raw} s", (rank, said)
+        assert old_ok and new_ok, f"rank {rank}: a 256 KiB ring all-reduce after the refusals was wrong"
 
 
 def async_mismatch_case():

@@ -96,9 +96,12 @@ def memory_too_small_case(transport):
     else:
         with open("/proc/meminfo") as f:
             room = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
-    saved = {k: os.environ.get(k) for k in ("PYCOMM_DIRECT_KB", "PYCOMM_SHM_TRANSPORT")}
-    # Two ranks x two slots are more than all the room (links are capped; slots are not).
-    os.environ["PYCOMM_DIRECT_KB"] = str(room // 1024 // 4 + 1024)
+    saved = {k: os.environ.get(k) for k in ("PYCOMM_RING_BUFFER_KB", "PYCOMM_RING_BUFFERS",
+                                            "PYCOMM_SHM_TRANSPORT")}
+    # Two ranks' ring links of the largest buffers (4 GiB, the bound) are more than all the
+    # room: 8 GiB a buffer in all.
+    os.environ["PYCOMM_RING_BUFFER_KB"] = str(4 << 20)
+    os.environ["PYCOMM_RING_BUFFERS"] = str(max(2, room // (8 << 30) + 2))
     os.environ["PYCOMM_SHM_TRANSPORT"] = transport
     try:
         pycomm.Communicator(timeout=30)

@@ -146,10 +146,107 @@ def test_environment_variables_override_in_their_units(monkeypatch):
         config.communicator_config(2, 1.0)
     monkeypatch.setenv("PYCOMM_SPIN_US", "0")
     monkeypatch.setenv("PYCOMM_HIER_PIECE_KB", "-4")
-    with pytest.raises(ValueError, match="PYCOMM_HIER_PIECE_KB: expected a number of 0 or more"):
+    with pytest.raises(ValueError, match=r"^PYCOMM_HIER_PIECE_KB: expected 0 to 4194304 KiB, got -4 KiB$"):
         config.communicator_config(2, 1.0)
     with pytest.raises(ValueError, match="name: unknown setting 'spin'"):
         config.setting("spin")
+
+
+def _number(v: float) -> str:
+    """A bound as the errors write it (settings_check.cpp): whole numbers in full."""
+    return str(int(v)) if v == int(v) else repr(v)
+
+
+def _range(s) -> str:
+    """What the error says setting `s` may be, in its variable's unit."""
+    unit = "" if s.unit in ("count", "0/1") else f" {s.unit}"
+    return f"expected {_number(s.lo / s.factor)} to {_number(s.hi / s.factor)}{unit}"
+
+
+NUMERIC = [s for s in config.SETTINGS if s.type != "choice"]
+
+
+@pytest.mark.parametrize("s", NUMERIC, ids=lambda s: s.env)
+def test_every_setting_refuses_what_is_past_its_bounds_naming_its_variable(monkeypatch, s):
+    """nan, infinities, negatives and values past the top, set in the variable's unit, are
+    refused before a communicator's settings exist; the bounds themselves are taken."""
+    import re
+
+    top = s.hi / s.factor
+    for raw in ("nan", "inf", "-inf", "-1", repr(top * 2)):
+        monkeypatch.setenv(s.env, raw)
+        with pytest.raises(ValueError, match=f"^{re.escape(s.env)}: {re.escape(_range(s))}, got "):
+            config.communicator_config(2, 1.0)
+        with pytest.raises(ValueError, match=f"^{re.escape(s.env)}: "):
+            config.setting(s.name)
+    cast = {"int": int, "float": float, "bool": bool}[s.type]
+    for bound in (s.lo, s.hi):
+        monkeypatch.setenv(s.env, repr(bound / s.factor))
+        assert config.setting(s.name) == cast(bound)
+
+
+def test_a_huge_ring_buffer_is_refused_naming_the_variable_and_its_range(monkeypatch):
+    """2^52 KiB: each ring buffer 2^62 bytes, four of them wrapped a rank's part of the segment
+    to 0, and a 256 KiB all-reduce wrote past the end of a segment made too small."""
+    monkeypatch.setenv("PYCOMM_RING_BUFFER_KB", "4503599627370496")
+    with pytest.raises(ValueError, match=r"^PYCOMM_RING_BUFFER_KB: expected 0\.0625 to 4194304 KiB, "
+                                         r"got 4503599627370496 KiB$"):
+        config.communicator_config(2, 1.0)
+    monkeypatch.setenv("PYCOMM_RING_BUFFER_KB", "4194304")  # the largest: 4 GiB
+    assert config.communicator_config(2, 1.0)["link_bytes"] == 4 << 30
+
+
+def test_every_default_lies_within_its_bounds():
+    for world in (1, 2, 3, 64):
+        for cores in (1, 2, 256, 8192):
+            defaults = _C.default_config(world, cores)
+            for s in NUMERIC:
+                assert s.lo <= defaults[s.name] <= s.hi, (s.name, world, cores, defaults[s.name])
+            defaults["timeout_s"] = 1.0
+            _C.shared_memory_cost(world, defaults)  # the C++ side takes them as they are
+
+
+def test_a_config_dict_past_the_bounds_is_refused_naming_the_key_and_its_variable():
+    """pycomm._C takes a config dict from anyone who calls it: each value is checked as the
+    variable's would be, and nothing is made from a bad one."""
+    import os
+
+    cfg = config.communicator_config(2, 1.0)
+    cases = [
+        ("link_bytes", 1 << 62, r"^config 'link_bytes' \(PYCOMM_RING_BUFFER_KB\): expected 0\.0625 to "
+                                r"4194304 KiB, got 4503599627370496 KiB$"),
+        ("timeout_s", float("nan"), r"^config 'timeout_s' \(PYCOMM_TIMEOUT\): expected 0\.001 to "
+                                    r"1000000000 s, got nan s$"),
+        ("timeout_s", float("inf"), r"^config 'timeout_s' \(PYCOMM_TIMEOUT\): .* got inf s$"),
+        ("timeout_s", 0.0, r"^config 'timeout_s' \(PYCOMM_TIMEOUT\): .* got 0 s$"),
+        ("link_buffers", 1, r"^config 'link_buffers' \(PYCOMM_RING_BUFFERS\): expected 2 to 1024, got 1$"),
+        ("spin_us", 1e300, r"^config 'spin_us' \(PYCOMM_SPIN_US\): expected 0 to 1000000 us, got 1e\+300 us$"),
+        ("p2p_frames", -1, r"^config 'p2p_frames' \(PYCOMM_P2P_FRAMES\): expected an integer of 0 or "
+                           r"more, within 64 bits, got -1$"),
+        ("slot_bytes", 1 << 64, r"^config 'slot_bytes' \(PYCOMM_DIRECT_KB\): expected an integer of 0 "
+                                r"or more, within 64 bits, got 18446744073709551616$"),
+    ]
+    for key, value, pattern in cases:
+        bad = dict(cfg, **{key: value})
+        with pytest.raises(ValueError, match=pattern):
+            _C.shared_memory_cost(2, bad)
+        name = _C.new_segment_name("bounds")
+        with pytest.raises(ValueError, match=pattern):
+            _C.Communicator(0, 2, f"posix:{name}", True, bad)
+        assert not os.path.exists(os.path.join(_C.shm_dir(), name)), f"{key}: a segment was made"
+
+
+def test_a_group_whose_size_would_not_fit_in_64_bits_is_refused():
+    """Within the bounds every size a group derives is far below overflow for any real group;
+    past them (a native caller, or an absurd world) the arithmetic is checked, never wrapped."""
+    big = dict(config.communicator_config(2, 1.0), slot_bytes=4 << 30, link_bytes=4 << 30,
+               link_buffers=1024)
+    # Derived, not mapped: two ranks of 4 TiB of ring link each.
+    assert _C.shared_memory_cost(2, big)["session_bytes"] > 8 << 40
+    with pytest.raises(ValueError, match=r"^the shared-memory data path \(PYCOMM_DIRECT_KB, "
+                                         r"PYCOMM_RING_BUFFER_KB, PYCOMM_RING_BUFFERS and the ranks\): "
+                                         r"\d+ [*+] \d+ does not fit in 64 bits$"):
+        _C.shared_memory_cost(2**31 - 1, big)
 
 
 def test_without_the_runtime_pycomm_imports_and_the_rest_says_why():

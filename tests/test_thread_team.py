@@ -129,8 +129,9 @@ def test_a_team_gives_the_bytes_of_one_thread(world_size, team):
         assert left == 0, f"rank {rank}: {left} team helpers outlived their groups"
 
 
-@pytest.mark.parametrize("value,match", [("0", "expected 1 or more"), ("two", "PYCOMM_THREADS"),
-                                         ("-1", "PYCOMM_THREADS")])
+@pytest.mark.parametrize("value,match", [("0", "^PYCOMM_THREADS: expected 1 to 8192, got 0$"),
+                                         ("two", "PYCOMM_THREADS"),
+                                         ("-1", "^PYCOMM_THREADS: expected 1 to 8192, got -1$")])
 def test_a_team_of_no_threads_is_refused_naming_the_variable(monkeypatch, value, match):
     from pycomm import config
 

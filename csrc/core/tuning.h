@@ -32,7 +32,7 @@ struct CommConfig {
 // Defaults for `world` ranks on a host where this process may run on `cores` cores.
 inline CommConfig default_config(int world, int cores) {
   CommConfig c;
-#define PYCOMM_SET_DEFAULT(name, field, env, unit, factor, value, why) c.field = value;
+#define PYCOMM_SET_DEFAULT(name, field, env, unit, factor, bounds, value, why) c.field = value;
   PYCOMM_SETTINGS(PYCOMM_SET_DEFAULT)
 #undef PYCOMM_SET_DEFAULT
   return c;

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "../core/call_profile.h"
+#include "../core/checked_size.h"
 #include "cuda_path.h"
 #include "dtype_map.h"
 #include "staged_tensor.h"
@@ -75,7 +76,10 @@ using Use = StagedTensor::Use;
 
 // all_to_all_single's blocks of the staged tensor `s`: by split sizes in rows
 // of dim 0, or (none given) equal blocks of whole rows. Counts are in the
-// plan's elements (a complex element is two reals).
+// plan's elements (a complex element is two reals). The sizes are the
+// caller's: their sum and each block's elements are checked, since sizes near
+// 2^63 would wrap to a sum equal to the tensor's rows, and blocks that reach
+// far past its end.
 Blocks blocks_of(const StagedTensor& s, const std::vector<int64_t>& splits, int world, const char* arg) {
   const at::Tensor& t = s.user();
   Blocks b;
@@ -91,11 +95,12 @@ Blocks blocks_of(const StagedTensor& s, const std::vector<int64_t>& splits, int 
   } else {
     TORCH_CHECK_VALUE(int64_t(splits.size()) == world, arg, "_split_sizes: expected ", world,
                       " sizes (the world size), got ", splits.size());
+    const std::string what = std::string(arg) + "_split_sizes";
     int64_t rows = 0;
     for (int r = 0; r < world; ++r) {
       TORCH_CHECK_VALUE(splits[size_t(r)] >= 0, arg, "_split_sizes: negative size ", splits[size_t(r)]);
-      rows += splits[size_t(r)];
-      b.counts[size_t(r)] = splits[size_t(r)] * row;
+      rows = core::checked_add(rows, splits[size_t(r)], what.c_str());
+      b.counts[size_t(r)] = core::checked_mul(splits[size_t(r)], row, what.c_str());
     }
     TORCH_CHECK_VALUE(t.dim() > 0 && rows == t.size(0), arg, "_split_sizes: they add up to ", rows,
                       " rows, the tensor has ", t.dim() > 0 ? t.size(0) : 0);

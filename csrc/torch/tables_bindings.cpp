@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "../core/routing.h"
+#include "../core/settings_check.h"
 #include "../core/tuning.h"
 
 namespace py = pybind11;
@@ -29,19 +30,44 @@ py::dict default_config_dict(int world, int cores) {
 py::list settings_rows() {
   py::list rows;
   CommConfig c;
-#define PYCOMM_PUT_ROW(name, field, env, unit, factor, value, why)                          \
+#define PYCOMM_PUT_ROW(name, field, env, unit, factor, bounds, value, why)                  \
   rows.append(py::dict(py::arg("name") = #name, py::arg("field") = #field,                  \
                        py::arg("env") = env, py::arg("unit") = unit,                        \
                        py::arg("factor") = long(factor),                                    \
-                       py::arg("type") = type_name<decltype(c.field)>(), py::arg("why") = why));
+                       py::arg("type") = type_name<decltype(c.field)>(),                    \
+                       py::arg("lo") = bounds.lo, py::arg("hi") = bounds.hi, py::arg("why") = why));
   PYCOMM_SETTINGS(PYCOMM_PUT_ROW)
 #undef PYCOMM_PUT_ROW
   (void)c;
   return rows;
 }
 
+// What a config value of type T must be, for an error.
+template <typename T>
+const char* kind_of() {
+  if constexpr (std::is_same_v<T, bool>) return "True or False";
+  else if constexpr (std::is_same_v<T, std::string>) return "a string";
+  else if constexpr (std::is_floating_point_v<T>) return "a number";
+  else return "an integer of 0 or more, within 64 bits";
+}
+
+// The dict's value for setting `name`, as its field's type: a ValueError
+// naming the key and its variable where it is missing or cannot be that
+// type (a negative or huge integer for a size, a float for a count).
+template <typename T>
+T setting_of(const py::dict& d, const char* name, const char* env) {
+  if (!d.contains(name)) throw py::value_error(std::string("config: missing setting '") + name + "'");
+  const py::object value = d[name];
+  try {
+    return value.cast<T>();
+  } catch (const py::cast_error&) {
+    throw py::value_error(std::string("config '") + name + "' (" + env + "): expected " +
+                          kind_of<T>() + ", got " + std::string(py::repr(value)));
+  }
+}
+
 bool settings_row_named(const std::string& key) {
-#define PYCOMM_IS_NAME(name, field, env, unit, factor, value, why) \
+#define PYCOMM_IS_NAME(name, field, env, unit, factor, bounds, value, why) \
   if (key == #name) return true;
   PYCOMM_SETTINGS(PYCOMM_IS_NAME)
 #undef PYCOMM_IS_NAME
@@ -136,7 +162,7 @@ py::tuple names(size_t n, NameAt name_at) {
 
 py::dict config_dict(const core::CommConfig& c) {
   py::dict d;
-#define PYCOMM_PUT_VALUE(name, field, env, unit, factor, value, why) d[#name] = c.field;
+#define PYCOMM_PUT_VALUE(name, field, env, unit, factor, bounds, value, why) d[#name] = c.field;
   PYCOMM_SETTINGS(PYCOMM_PUT_VALUE)
 #undef PYCOMM_PUT_VALUE
   return d;
@@ -148,11 +174,13 @@ core::CommConfig config_from(const py::dict& d) {
     const std::string key = py::str(item.first);
     if (!settings_row_named(key)) throw py::value_error("config: unknown setting '" + key + "'");
   }
-#define PYCOMM_FROM_DICT(name, field, env, unit, factor, value, why)                 \
-  if (!d.contains(#name)) throw py::value_error("config: missing setting '" #name "'"); \
-  c.field = d[#name].cast<decltype(c.field)>();
+#define PYCOMM_FROM_DICT(name, field, env, unit, factor, bounds, value, why) \
+  c.field = setting_of<decltype(c.field)>(d, #name, env);
   PYCOMM_SETTINGS(PYCOMM_FROM_DICT)
 #undef PYCOMM_FROM_DICT
+  // Before anything is sized from them: the dict may come from anyone's
+  // environment, or be made by hand.
+  core::check_config(c);
   return c;
 }
 
@@ -173,7 +201,11 @@ void bind_tables(py::module_& m) {
         "`cores` cores (csrc/core/settings.h).");
   m.def("settings", &settings_rows,
         "settings() -> list of dict: the settings table (name, field, env, unit, factor from "
-        "the variable's unit to the setting's, type, why).");
+        "the variable's unit to the setting's, type, lo and hi: its bounds in the setting's "
+        "unit, why).");
+  m.def("check_setting", &core::check_setting, py::arg("name"), py::arg("value"), py::arg("source"),
+        "check_setting(name, value, source): ValueError, beginning with `source`, where `value` "
+        "(in the setting's unit) is outside setting `name`'s bounds (csrc/core/settings.h).");
   m.def("route", &route_of, py::arg("collective"), py::kw_only(), py::arg("cuda") = false,
         py::arg("sparse") = false, py::arg("native_op") = true, py::arg("hosts") = 1,
         py::arg("uniform") = true, py::arg("local_size") = 1, py::arg("count") = 0,

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <thread>
 
+#include "../checked_size.h"
 #include "../errors.h"
 #include "../transport/wait_primitives.h"
 
@@ -19,6 +20,9 @@ enum Param { kOffset = 4, kFrameBytes = 5, kFrames = 6 };
 constexpr size_t kBudgetPerRank = 8u << 20;
 constexpr size_t kMinFrameBytes = 16u << 10;
 
+// What a channel's size is derived from, for the error where it does not fit.
+constexpr const char* kSizedBy = "a point-to-point channel (PYCOMM_P2P_FRAME_KB, PYCOMM_P2P_FRAMES)";
+
 // A line per rank: its doorbell. Then a line (or more) per rank: its offers.
 size_t offers_offset(int world) { return kLine * size_t(world); }
 size_t offer_stride(int world) { return align_up(sizeof(uint64_t) * ((size_t(world) + 63) / 64), kLine); }
@@ -28,14 +32,19 @@ size_t offer_stride(int world) { return align_up(sizeof(uint64_t) * ((size_t(wor
 void P2PChannels::reserve(DataRegion& region, int world, const P2PConfig& c) {
   if (c.frames < 1) throw InvalidArgument("p2p_frames must be at least 1");
   if (c.frame_bytes < 64) throw InvalidArgument("p2p frames must be at least 64 bytes");
-  size_t frame = align_up(c.frame_bytes, 64);
+  size_t frame = checked_align_up(c.frame_bytes, 64, kSizedBy);
   if (world > 1) {
-    const size_t fair = kBudgetPerRank / (size_t(world - 1) * c.frames) / 64 * 64;
+    const size_t fair = kBudgetPerRank / checked_mul(size_t(world - 1), c.frames, kSizedBy) / 64 * 64;
     if (frame > fair) frame = std::max(fair, kMinFrameBytes);
   }
   static_assert(sizeof(Doorbell) == kLine, "a doorbell is one line");
-  const size_t offset = align_up(region.bytes, kLine);
-  region.bytes = offset + offers_offset(world) + offer_stride(world) * size_t(world);
+  // A checked channel size now, from the settings, rather than when a rank first sends.
+  (void)channel_bytes(frame, c.frames);
+  // The doorbells and offers follow the data path's part of the region (an int's
+  // worth of ranks keeps their own size far below overflow).
+  const char* what = "the session segment's size";
+  const size_t offset = checked_align_up(region.bytes, kLine, what);
+  region.bytes = checked_add(offset, offers_offset(world) + offer_stride(world) * size_t(world), what);
   region.params[kOffset] = offset;
   region.params[kFrameBytes] = frame;
   region.params[kFrames] = c.frames;
@@ -46,11 +55,13 @@ size_t P2PChannels::headers_offset() {
 }
 
 size_t P2PChannels::payloads_offset(size_t frames) {
-  return align_up(headers_offset() + sizeof(FrameHeader) * frames, 4096);
+  const size_t headers = checked_mul(sizeof(FrameHeader), frames, kSizedBy);
+  return checked_align_up(checked_add(headers_offset(), headers, kSizedBy), 4096, kSizedBy);
 }
 
 size_t P2PChannels::channel_bytes(size_t frame_bytes, size_t frames) {
-  return align_up(payloads_offset(frames) + frame_bytes * frames, 4096);
+  const size_t payloads = checked_mul(frame_bytes, frames, kSizedBy);
+  return checked_align_up(checked_add(payloads_offset(frames), payloads, kSizedBy), 4096, kSizedBy);
 }
 
 size_t P2PChannels::channel_bytes(const DataRegion& region) {

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "../call_profile.h"
+#include "../checked_size.h"
 #include "../errors.h"
 #include "wait_primitives.h"
 
@@ -123,7 +124,8 @@ std::unique_ptr<Session> Session::create(int rank, int world, const SegmentPlace
 }
 
 size_t Session::segment_bytes(int world, const DataRegion& data) {
-  return data_region_offset(world) + align_up(data.bytes, 4096);
+  const char* what = "the session segment's size";
+  return checked_add(data_region_offset(world), checked_align_up(data.bytes, 4096, what), what);
 }
 
 std::unique_ptr<Session> Session::join(int rank, const Session& creator) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "../checked_size.h"
 #include "../errors.h"
 
 namespace pycomm::core {
@@ -18,6 +19,11 @@ constexpr size_t kMinPeerLinkBytes = 1u << 10;
 
 enum Param { kSlotBytes = 0, kLinkBytes = 1, kLinkBuffers = 2, kPeerLinkBytes = 3 };
 
+// What the region's sizes are derived from, for the error where one does not fit.
+constexpr const char* kSizedBy =
+    "the shared-memory data path (PYCOMM_DIRECT_KB, PYCOMM_RING_BUFFER_KB, PYCOMM_RING_BUFFERS "
+    "and the ranks)";
+
 struct Sizes {
   size_t slot;       // each of a rank's two slots
   size_t link;       // each buffer of the link to rank+1
@@ -32,28 +38,43 @@ Sizes sizes_for(int world, const ShmDataConfig& c) {
   if (c.link_bytes < 64 || c.slot_bytes < 64) throw InvalidArgument("buffer sizes must be at least 64 bytes");
   Sizes s;
   s.buffers = c.link_buffers;
-  s.link = align_up(c.link_bytes, 64);
+  s.link = checked_align_up(c.link_bytes, 64, kSizedBy);
   s.peer_link = s.link;
   if (world > 2) {
-    const size_t fair = kPeerLinkBudget / (size_t(world - 2) * c.link_buffers) / 64 * 64;
+    const size_t fair = kPeerLinkBudget / checked_mul(size_t(world - 2), c.link_buffers, kSizedBy) / 64 * 64;
     s.peer_link = std::min(s.link, std::max(kMinPeerLinkBytes, fair));
   }
   // A slot holds at least one element of every rank's chunk (reduce-scatter)
   // and what all-to-all posts per peer (its split sizes and where a block
   // lies): 24 bytes per rank.
-  s.slot = align_up(std::max(c.slot_bytes, size_t(world) * 24), 64);
+  s.slot = checked_align_up(std::max(c.slot_bytes, size_t(world) * 24), 64, kSizedBy);
   return s;
 }
 
 // One rank's part of the region: its two slots, its link to rank+1, then its
-// links to rank+2 .. rank+world-1 in order of distance.
+// links to rank+2 .. rank+world-1 in order of distance. Checked: the sizes come
+// from settings, or from the header an attaching rank reads, and a product
+// that wraps would lay the buffers past the segment's end.
 size_t rank_bytes(int world, const Sizes& s) {
-  const size_t ring = world > 1 ? s.buffers * s.link : 0;
-  const size_t others = world > 2 ? size_t(world - 2) * s.buffers * s.peer_link : 0;
-  return align_up(2 * s.slot + ring + others, 4096);
+  const size_t ring = world > 1 ? checked_mul(s.buffers, s.link, kSizedBy) : 0;
+  const size_t other_buffers = world > 2 ? checked_mul(size_t(world - 2), s.buffers, kSizedBy) : 0;
+  const size_t others = checked_mul(other_buffers, s.peer_link, kSizedBy);
+  const size_t slots = checked_mul(size_t(2), s.slot, kSizedBy);
+  return checked_align_up(checked_add(checked_add(slots, ring, kSizedBy), others, kSizedBy), 4096, kSizedBy);
+}
+
+// The region: the control lines, then every rank's part.
+size_t region_bytes(size_t control, int world, size_t per_rank) {
+  return checked_add(control, checked_mul(per_rank, size_t(world), kSizedBy), kSizedBy);
 }
 
 }  // namespace
+
+// The only part that grows as W^2: 256 bytes a pair, 256 KiB at W = 32.
+size_t ShmDataPath::control_bytes(int world) {
+  const size_t pairs = checked_mul(size_t(world), size_t(world), kSizedBy);
+  return checked_align_up(checked_mul(sizeof(LinkControl), pairs, kSizedBy), 4096, kSizedBy);
+}
 
 size_t ShmDataPath::bytes_per_rank(int world, const ShmDataConfig& c) {
   return rank_bytes(world, sizes_for(world, c));
@@ -61,11 +82,8 @@ size_t ShmDataPath::bytes_per_rank(int world, const ShmDataConfig& c) {
 
 DataRegion ShmDataPath::region(int world, const ShmDataConfig& c) {
   const Sizes s = sizes_for(world, c);
-  // The control lines, one pair per ordered pair of ranks, are the only part
-  // that grows as W^2: 256 bytes a pair, 256 KiB at W = 32.
-  const size_t control = align_up(sizeof(LinkControl) * size_t(world) * size_t(world), 4096);
   DataRegion r;
-  r.bytes = control + rank_bytes(world, s) * size_t(world);
+  r.bytes = region_bytes(control_bytes(world), world, rank_bytes(world, s));
   r.params[kSlotBytes] = s.slot;
   r.params[kLinkBytes] = s.link;
   r.params[kLinkBuffers] = s.buffers;
@@ -82,11 +100,18 @@ ShmDataPath::ShmDataPath(Session& session)
       link_bytes_(session.data_params()[kLinkBytes]),
       peer_link_bytes_(session.data_params()[kPeerLinkBytes]),
       link_buffers_(session.data_params()[kLinkBuffers]) {
-  rank_data_offset_ = align_up(sizeof(LinkControl) * size_t(world_) * size_t(world_), 4096);
-  // The same layout the creator reserved (region()), from the sizes it recorded.
-  rank_data_bytes_ = rank_bytes(world_, Sizes{slot_bytes_, link_bytes_, peer_link_bytes_, link_buffers_});
-  if (slot_bytes_ == 0 || link_bytes_ == 0 || peer_link_bytes_ == 0 || link_buffers_ < 2 ||
-      rank_data_offset_ + rank_data_bytes_ * size_t(world_) > session.data_bytes()) {
+  // The same layout the creator reserved (region()), from the sizes it
+  // recorded in the header; sizes whose layout does not fit in 64 bits cannot
+  // be what it reserved.
+  bool fits = slot_bytes_ != 0 && link_bytes_ != 0 && peer_link_bytes_ != 0 && link_buffers_ >= 2;
+  try {
+    rank_data_offset_ = control_bytes(world_);
+    rank_data_bytes_ = rank_bytes(world_, Sizes{slot_bytes_, link_bytes_, peer_link_bytes_, link_buffers_});
+    fits = fits && region_bytes(rank_data_offset_, world_, rank_data_bytes_) <= session.data_bytes();
+  } catch (const InvalidArgument&) {
+    fits = false;
+  }
+  if (!fits) {
     throw CommError("rank " + std::to_string(session.rank()) +
                     ": the session's data region does not hold a shared-memory data path");
   }

@@ -94,6 +94,8 @@ class ShmDataPath {
     SentLine sent;
     AckLine ack;
   };
+  // The control lines: a LinkControl per ordered pair of ranks.
+  static size_t control_bytes(int world);
 
   LinkControl& link(int from, int to) const {
     return reinterpret_cast<LinkControl*>(base_)[size_t(from) * size_t(world_) + size_t(to)];
