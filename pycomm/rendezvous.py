@@ -273,8 +273,12 @@ def create_communicator(store, prefix: str, rank: int, world: int, timeout_s: fl
             members = []
             if transport == "memfd":
                 place = f"memfd:{_C.new_group_id()}"
-                # Published before each rank's pid, which rank 0 has seen.
+                # Each rank publishes its digest before its pid; still waited
+                # for, watching the ranks, never read blind (a store get would
+                # wait out the store's own timeout).
                 keys = [rdv.key(f"token/{r}") for r in range(1, world)]
+                rdv.wait_until(lambda: store.check(keys), "every rank's token digest",
+                               lambda: [r for r in range(1, world) if not store.check([keys[r - 1]])])
                 members = [""] + ([v.decode() for v in store.multi_get(keys)] if keys else [])
             else:
                 _C.remove_stale_segments()

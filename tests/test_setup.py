@@ -20,6 +20,7 @@ def _rank(rank, world, port, behaviour, env, out):
     import torch.distributed as dist
 
     import pycomm
+    from pycomm import _C
     from pycomm.rendezvous import pid_record
 
     store = dist.TCPStore("127.0.0.1", port, world, is_master=False, timeout=datetime.timedelta(seconds=60))
@@ -36,12 +37,14 @@ def _rank(rank, world, port, behaviour, env, out):
             # pid goes first, then it dies.
             group_store.add(f"pycomm/serial/{rank}", 1)
             group_store.set(f"pycomm/comm/1/transports/{rank}", "memfd,posix")
+            group_store.set(f"pycomm/comm/1/token/{rank}", _C.token_digest(_C.new_group_secret()))
             group_store.set(f"pycomm/comm/1/pid/{rank}", pid_record())
             time.sleep(0.3)
             os._exit(3)
         if behaviour == "exit-after-create":
             group_store.add(f"pycomm/serial/{rank}", 1)
             group_store.set(f"pycomm/comm/1/transports/{rank}", "memfd,posix")
+            group_store.set(f"pycomm/comm/1/token/{rank}", _C.token_digest(_C.new_group_secret()))
             group_store.set(f"pycomm/comm/1/pid/{rank}", pid_record())
             while not group_store.check(["pycomm/comm/1/place"]):
                 time.sleep(0.01)
