@@ -170,8 +170,8 @@ void Session::count_in(const std::string& server_id) {
     // rank counted itself in, below), so nobody can take it first.
     const std::string id = server_id.empty() ? new_group_id() : server_id;
     server_ = std::make_unique<SegmentServer>(server_address(id), secret());
-    OwnerLine& own = control(rank_).own;
-    std::snprintf(own.server, sizeof(own.server), "%s", id.c_str());
+    ServerLine& line = control(rank_).server;
+    std::snprintf(line.id, sizeof(line.id), "%s", id.c_str());
   }
   header().attached.fetch_add(1, std::memory_order_acq_rel);
 }
@@ -185,10 +185,10 @@ GroupSecret Session::secret() const {
 }
 
 std::string Session::server_of(int owner) const {
-  const OwnerLine& own = control(owner).own;
+  const ServerLine& line = control(owner).server;
   // Written by the owner, a rank of the group; still bounded and checked
   // (server_address() takes plain ids only) before it is used.
-  return server_address(std::string(own.server, strnlen(own.server, sizeof(own.server))));
+  return server_address(std::string(line.id, strnlen(line.id, sizeof(line.id))));
 }
 
 void Session::unlink_name() {

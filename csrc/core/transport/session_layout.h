@@ -34,7 +34,7 @@ constexpr uint64_t kSegmentMagic = 0x31304d4d4f435950ULL;  // "PYCOMM01"
 // 4: the header holds the group's transport, id and secret (segment_exchange.h).
 // 5: fingerprints gained place (symmetric memory).
 // 6: each rank's probe line (cross-memory attach, cross_memory.h).
-// 7: each rank's segment server id in its owner line; the secret is rank 0's alone.
+// 7: each rank's segment server id in a line of its own; the secret is rank 0's alone.
 constexpr uint32_t kLayoutVersion = 7;
 constexpr int kDataParams = 8;
 
@@ -50,12 +50,18 @@ struct alignas(kLine) OwnerLine {
   // peer watches it only from the same namespace (containers of one pod share
   // the network, so the memfd transport, but not always the PIDs).
   std::atomic<uint64_t> pid_ns{0};
-  // memfd: the id of this rank's segment server (server_address()), bound
-  // before the rank counts itself attached, NUL-terminated; peers ask it for
-  // what this rank offers. A random name that reaches no one outside the group
-  // before it is bound: nobody can take it first.
-  char server[40];
   Fingerprint fingerprint[2];
+};
+static_assert(sizeof(OwnerLine) == kLine, "a handshake reads one line of each peer");
+
+// Written by the owning rank only, once, before it counts itself attached
+// (which peers acquire before they read it).
+struct alignas(kLine) ServerLine {
+  // memfd: the id of this rank's segment server (server_address()),
+  // NUL-terminated; peers ask it for what this rank offers. A random name
+  // that reaches no one outside the group before it is bound: nobody can
+  // take it first.
+  char id[40];
 };
 
 // Written by any rank that goes to sleep on one of the owner's words.
@@ -90,6 +96,7 @@ struct RankControl {
   OwnerLine own;
   SleepLine sleep;
   ProbeLine probe;
+  ServerLine server;
 };
 
 enum class AbortState : uint32_t { kHealthy = 0, kWriting = 1, kAborted = 2 };
