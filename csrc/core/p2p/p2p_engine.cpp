@@ -457,8 +457,11 @@ bool P2PEngine::begin_message_locked(int peer, const FrameHeader& h, Done& done)
   u->bytes = h.total_bytes;
   // The size is the sender's word, read from shared memory: a corrupt one
   // fails the group rather than take (or exhaust) this process's memory.
+  // Asking the kernel how much is left costs tens of microseconds (it reads
+  // /proc), so only sizes that could matter ask.
+  constexpr uint64_t kAskFromBytes = uint64_t(64) << 20;
   try {
-    if (h.total_bytes > memory_available()) throw std::bad_alloc();
+    if (h.total_bytes >= kAskFromBytes && h.total_bytes > memory_available()) throw std::bad_alloc();
     u->data = std::make_unique_for_overwrite<char[]>(h.total_bytes);
   } catch (const std::bad_alloc&) {
     corrupt_channel_locked("rank " + std::to_string(rank_) + ": rank " + std::to_string(peer) +
