@@ -1,6 +1,6 @@
 """pycomm: shared-memory collectives for PyTorch's CPU ranks, inside each host
-(gloo between hosts). A CUDA all-reduce over CUDA IPC is built but has not yet
-run on a GPU.
+(gloo between hosts). A CUDA all-reduce over CUDA IPC has run on a GPU once
+(values right; no speed target judged yet: docs/cuda.md).
 
     import torch.distributed as dist, pycomm
     dist.init_process_group("cpu:pycomm")      # every collective, DDP and FSDP2 with no hook

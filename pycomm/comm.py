@@ -194,8 +194,8 @@ def all_reduce(tensor: torch.Tensor, op: Union[str, "dist.ReduceOp"] = "sum", gr
 
     tensor: a CPU tensor (host shared memory), or a CUDA tensor (device
         buffers mapped between the ranks' processes with CUDA IPC; ranks of one
-        host; this path is built but has not yet been run on a GPU by pycomm's
-        checks, see README).
+        host; it has run on a GPU once, values right, with no speed target
+        judged yet: docs/cuda.md).
     op: "sum" | "avg" | "max" | "min" | "product", or a torch.distributed.ReduceOp.
     algorithm: "auto" (by size, and by NUMA domain where the ranks are pinned to
         several), "ring" or "direct" (one shot); for CPU tensors also "two_level"
