@@ -17,7 +17,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -79,17 +78,9 @@ def main(argv=None) -> None:
     if args.rank_job:
         rank_job(args)
         return
-    from harness.launch import run_in_session
+    from harness.launch import torchrun_rank_job
 
-    out = tempfile.mktemp(suffix=".json")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-           os.path.abspath(__file__), "--rank-job", "--out", out, "--groups", str(args.groups)]
-    rc, _, stderr = run_in_session(cmd, 600, env=dict(os.environ, OMP_NUM_THREADS="1"))
-    if rc != 0 or not os.path.exists(out):
-        raise SystemExit(f"setup_perf: the launch failed (rc {rc}):\n{stderr[-3000:]}")
-    with open(out) as f:
-        result = json.load(f)
-    os.remove(out)
+    result = torchrun_rank_job(__file__, ["--groups", args.groups], 2, 600)
     print(f"# a pycomm group's set-up, 2 ranks: rank 0's median over {args.groups} groups "
           "(spread in brackets)")
     for r in result["rows"]:

@@ -29,7 +29,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -137,20 +136,12 @@ def main(argv=None) -> None:
         rank_job(args)
         return
     from harness import driver
-    from harness.launch import run_in_session
+    from harness.launch import torchrun_rank_job
     from harness.sizes import human
     from harness.table import Column, Table
 
-    out = tempfile.mktemp(suffix=".json")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-           os.path.abspath(__file__), "--rank-job", "--out", out, "--reps", str(args.reps),
-           "--budget", str(args.budget), "--sizes", ",".join(map(str, args.sizes))]
-    rc, _, stderr = run_in_session(cmd, 1800, env=dict(os.environ, OMP_NUM_THREADS="1"))
-    if rc != 0 or not os.path.exists(out):
-        raise SystemExit(f"symm_mem_perf: the launch failed (rc {rc}):\n{stderr[-3000:]}")
-    with open(out) as f:
-        rows = json.load(f)
-    os.remove(out)
+    rows = torchrun_rank_job(__file__, ["--reps", args.reps, "--budget", args.budget,
+                                        "--sizes", ",".join(map(str, args.sizes))], 2, 1800)
     us = {(r["size"], r["road"]): r for r in rows}
 
     def ratio(size, road, over="ordinary"):

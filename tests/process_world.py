@@ -22,6 +22,7 @@ take it in between.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import multiprocessing as mp
 import os
@@ -40,6 +41,22 @@ def validating_on_gloo() -> bool:
 
 
 _REFERENCE_GROUP = None
+
+
+@contextlib.contextmanager
+def environ(values: dict):
+    """In a rank (where pytest's monkeypatch does not reach): the variables `values` set
+    for the block, and put back as they were after it."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                del os.environ[k]
+            else:
+                os.environ[k] = v
 
 
 def thread_names() -> list:

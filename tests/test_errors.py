@@ -266,21 +266,14 @@ def test_bad_timeout_is_rejected(monkeypatch):
 
 def _with_env(env: dict, make):
     """make() with the variables `env` set (restored after): "no error", or its ValueError's text."""
-    import os
+    from process_world import environ
 
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        make().close()
-        return "no error"
-    except ValueError as e:
-        return str(e)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                del os.environ[k]
-            else:
-                os.environ[k] = v
+    with environ(env):
+        try:
+            make().close()
+            return "no error"
+        except ValueError as e:
+            return str(e)
 
 
 def settings_attack_case():

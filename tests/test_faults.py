@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 import pycomm
-from process_world import ProcessWorld
+from process_world import ProcessWorld, environ
 
 WORLD = 3
 VICTIM = 1
@@ -96,24 +96,16 @@ def memory_too_small_case(transport):
     else:
         with open("/proc/meminfo") as f:
             room = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
-    saved = {k: os.environ.get(k) for k in ("PYCOMM_RING_BUFFER_KB", "PYCOMM_RING_BUFFERS",
-                                            "PYCOMM_SHM_TRANSPORT")}
     # Two ranks' ring links of the largest buffers (4 GiB, the bound) are more than all the
     # room: 8 GiB a buffer in all.
-    os.environ["PYCOMM_RING_BUFFER_KB"] = str(4 << 20)
-    os.environ["PYCOMM_RING_BUFFERS"] = str(max(2, room // (8 << 30) + 2))
-    os.environ["PYCOMM_SHM_TRANSPORT"] = transport
-    try:
-        pycomm.Communicator(timeout=30)
-        return "no error"
-    except pycomm.CommError as e:
-        return str(e)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                del os.environ[k]
-            else:
-                os.environ[k] = v
+    env = {"PYCOMM_RING_BUFFER_KB": str(4 << 20), "PYCOMM_RING_BUFFERS": str(max(2, room // (8 << 30) + 2)),
+           "PYCOMM_SHM_TRANSPORT": transport}
+    with environ(env):
+        try:
+            pycomm.Communicator(timeout=30)
+            return "no error"
+        except pycomm.CommError as e:
+            return str(e)
 
 
 @pytest.mark.parametrize("transport", ["memfd", "posix"])

@@ -174,3 +174,22 @@ def run_in_session(cmd, timeout_s: float, **popen_args):
         stdout, stderr = proc.communicate()
         return None, stdout, stderr
     return proc.returncode, stdout, stderr
+
+
+def torchrun_rank_job(script: str, args, nproc: int, timeout_s: float):
+    """Starts `script --rank-job --out FILE ARGS` as nproc ranks under torchrun on this host
+    (OMP_NUM_THREADS=1) and returns what rank 0 wrote to FILE (JSON): how a bench that is
+    its own rank job runs itself. SystemExit, with the launch's stderr, when it fails."""
+    out = tempfile.mktemp(suffix=".json")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+           os.path.abspath(script), "--rank-job", "--out", out, *map(str, args)]
+    rc, _, stderr = run_in_session(cmd, timeout_s, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    try:
+        if rc != 0 or not os.path.exists(out):
+            name = os.path.basename(script).removesuffix(".py")
+            raise SystemExit(f"{name}: the launch failed (rc {rc}):\n{stderr[-3000:]}")
+        with open(out) as f:
+            return json.load(f)
+    finally:
+        if os.path.exists(out):
+            os.remove(out)
