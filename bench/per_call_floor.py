@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -93,6 +92,7 @@ def rank_job(args) -> None:
     import torch.distributed as dist
 
     import pycomm  # noqa: F401 - the op and the backend
+    from harness.timing import summarize
 
     torch.set_num_threads(1)
     dist.init_process_group(BACKENDS[args.rank_job])
@@ -124,9 +124,9 @@ def rank_job(args) -> None:
                     if rep:
                         samples[k].append(dt)
             for k, s in samples.items():
-                med = statistics.median(s)
+                med, spread = summarize(s)
                 rows.append(dict(backend=args.rank_job, size=size, road=k, us=med * 1e6,
-                                 spread=(max(s) - min(s)) / med, calls=calls, wrong=wrong[k]))
+                                 spread=spread, calls=calls, wrong=wrong[k]))
     if rank == 0:
         with open(args.out, "w") as f:
             json.dump(rows, f)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 
@@ -40,6 +39,7 @@ def rank_job(args) -> None:
     import torch.distributed as dist
 
     import pycomm  # noqa: F401 - the backend
+    from harness.timing import summarize
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
@@ -66,8 +66,8 @@ def rank_job(args) -> None:
     if rank == 0:
         rows = []
         for step, s in samples.items():
-            med = statistics.median(s)
-            rows.append(dict(call=step, size=2, pycomm_us=med * 1e6, spread=(max(s) - min(s)) / med))
+            med, spread = summarize(s)
+            rows.append(dict(call=step, size=2, pycomm_us=med * 1e6, spread=spread))
         with open(args.out, "w") as f:
             json.dump(dict(rows=rows, wrong=wrong, groups=args.groups), f)
     dist.destroy_process_group()

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 
@@ -79,6 +78,7 @@ def rank_job(args) -> None:
     import torch.distributed as dist
 
     import pycomm  # noqa: F401 - the backend and the CPU symmetric memory
+    from harness.timing import summarize
 
     torch.set_num_threads(1)
     dist.init_process_group("cpu:pycomm")
@@ -120,8 +120,8 @@ def rank_job(args) -> None:
                 if rep:
                     samples[k].append(dt.item())
         for k, s in samples.items():
-            med = statistics.median(s)
-            rows.append(dict(size=size, road=k, us=med * 1e6, spread=(max(s) - min(s)) / med,
+            med, spread = summarize(s)
+            rows.append(dict(size=size, road=k, us=med * 1e6, spread=spread,
                              calls=calls[k], wrong=wrong[k], rounds_us=[x * 1e6 for x in s]))
         del fns, inputs
     if rank == 0:

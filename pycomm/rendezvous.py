@@ -228,8 +228,8 @@ def _agreed_transport(rdv):
     keys = [rdv.key(f"transports/{r}") for r in range(rdv.world)]
     rdv.wait_until(lambda: rdv.store.check(keys), "every rank to start set-up",
                    lambda: [r for r, k in enumerate(keys) if not rdv.store.check([k])])
-    taken = {r: rdv.store.get(rdv.key(f"transports/{r}")).decode().split(",")
-             for r in range(rdv.world)}
+    # One request, not one per rank: every rank above 0 asks too.
+    taken = {r: v.decode().split(",") for r, v in enumerate(rdv.store.multi_get(keys))}
     for choice in ("memfd", "posix"):
         if all(choice in t for t in taken.values()):
             return choice, ""
