@@ -92,6 +92,7 @@ def rank_job(args) -> None:
     import torch.distributed as dist
 
     import pycomm  # noqa: F401 - the op and the backend
+    from harness.launch import rank_job_result
     from harness.timing import summarize
 
     torch.set_num_threads(1)
@@ -128,8 +129,7 @@ def rank_job(args) -> None:
                 rows.append(dict(backend=args.rank_job, size=size, road=k, us=med * 1e6,
                                  spread=spread, calls=calls, wrong=wrong[k]))
     if rank == 0:
-        with open(args.out, "w") as f:
-            json.dump(rows, f)
+        rank_job_result(args.out, rows)
     if args.rank_job == "gloo":
         # The baseline's figures are written; its ranks end after a barrier without gloo's
         # teardown, which has aborted ranks now and then (see main()).

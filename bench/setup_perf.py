@@ -39,6 +39,7 @@ def rank_job(args) -> None:
     import torch.distributed as dist
 
     import pycomm  # noqa: F401 - the backend
+    from harness.launch import rank_job_result
     from harness.timing import summarize
 
     torch.set_num_threads(1)
@@ -68,8 +69,7 @@ def rank_job(args) -> None:
         for step, s in samples.items():
             med, spread = summarize(s)
             rows.append(dict(call=step, size=2, pycomm_us=med * 1e6, spread=spread))
-        with open(args.out, "w") as f:
-            json.dump(dict(rows=rows, wrong=wrong, groups=args.groups), f)
+        rank_job_result(args.out, dict(rows=rows, wrong=wrong, groups=args.groups))
     dist.destroy_process_group()
 
 

@@ -25,7 +25,6 @@ median. Every road's result is checked after its batch on integer-valued floats:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -78,6 +77,7 @@ def rank_job(args) -> None:
     import torch.distributed as dist
 
     import pycomm  # noqa: F401 - the backend and the CPU symmetric memory
+    from harness.launch import rank_job_result
     from harness.timing import summarize
 
     torch.set_num_threads(1)
@@ -125,8 +125,7 @@ def rank_job(args) -> None:
                              calls=calls[k], wrong=wrong[k], rounds_us=[x * 1e6 for x in s]))
         del fns, inputs
     if rank == 0:
-        with open(args.out, "w") as f:
-            json.dump(rows, f)
+        rank_job_result(args.out, rows)
     dist.destroy_process_group()
 
 

@@ -176,10 +176,16 @@ def run_in_session(cmd, timeout_s: float, **popen_args):
     return proc.returncode, stdout, stderr
 
 
+def rank_job_result(path: str, result) -> None:
+    """In rank 0 of a rank job: hands `result` (JSON) to torchrun_rank_job, through `path`."""
+    with open(path, "w") as f:
+        json.dump(result, f)
+
+
 def torchrun_rank_job(script: str, args, nproc: int, timeout_s: float):
     """Starts `script --rank-job --out FILE ARGS` as nproc ranks under torchrun on this host
-    (OMP_NUM_THREADS=1) and returns what rank 0 wrote to FILE (JSON): how a bench that is
-    its own rank job runs itself. SystemExit, with the launch's stderr, when it fails."""
+    (OMP_NUM_THREADS=1) and returns what rank 0 wrote to FILE (rank_job_result): how a bench
+    that is its own rank job runs itself. SystemExit, with the launch's stderr, when it fails."""
     out = tempfile.mktemp(suffix=".json")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
            os.path.abspath(script), "--rank-job", "--out", out, *map(str, args)]
