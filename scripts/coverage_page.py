@@ -2,14 +2,14 @@
 """Writes the generated blocks of docs/coverage.md: the route every collective takes, from
 pycomm's own routing table (csrc/core/routing.h, read through pycomm.routing), and the counts
 of the case-by-case comparison with gloo and of PyTorch's suite, from the records in
-bench/results/ (compare_with_gloo_*ranks.json, torch_suite_*ranks.json).
+bench/results/coverage/ (compare_with_gloo_*ranks.json, torch_suite_*ranks.json).
 
-    scripts/coverage_page.py            rewrite docs/coverage.md's blocks
-    scripts/coverage_page.py --check    exit 1 if the page is not what this script writes
-
-The records are written by the runs themselves:
-    torchrun --nproc_per_node 2 tests/scripts/compare_with_gloo.py --summary bench/results/compare_with_gloo_2ranks.json
-    python3 tests/torch_suite/runner.py --backend both --summary bench/results/torch_suite_3ranks.json
+    scripts/coverage_page.py                    rewrite docs/coverage.md's blocks
+    scripts/coverage_page.py --check            exit 1 if the page is not what this script writes
+    scripts/coverage_page.py --record-gloo 2    run the comparison with gloo on 2 ranks (minutes)
+                                                and record its counts in bench/results/coverage/
+    scripts/coverage_page.py --record-suite 3   run PyTorch's suite on gloo and pycomm at 3 ranks
+                                                and record its summary in bench/results/coverage/
 """
 from __future__ import annotations
 
@@ -18,12 +18,15 @@ import glob
 import json
 import os
 import re
+import subprocess
 import sys
+import tempfile
+import time
 from typing import Callable, Dict, List, Sequence
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGE = os.path.join(ROOT, "docs", "coverage.md")
-RESULTS = os.path.join(ROOT, "bench", "results")
+RESULTS = os.path.join(ROOT, "bench", "results", "coverage")  # beside, not among, the bench records
 
 # The message sizes the route table shows: a latency-bound one and a bandwidth-bound one.
 SMALL, LARGE = 8, 16 << 20
@@ -114,7 +117,7 @@ def gloo_block() -> List[str]:
                   "| class | cases | meaning |", "|---|---:|---|"]
         lines += [f"| {c} | {counts.get(c, 0):,} | {what} |" for c, what in CLASSES.items()]
         lines += ["", _made_by(meta), ""]
-    return lines[:-1] if lines else ["(no record in bench/results yet)"]
+    return lines[:-1] if lines else ["(no record in bench/results/coverage yet)"]
 
 
 def suite_block() -> List[str]:
@@ -124,7 +127,58 @@ def suite_block() -> List[str]:
             record = json.load(f)
         meta = record["meta"]
         lines += [f"- {record['summary']}. {_made_by(meta)}"]
-    return lines or ["(no record in bench/results yet)"]
+    return lines or ["(no record in bench/results/coverage yet)"]
+
+
+def _run_to_json(command: List[str]) -> object:
+    """Runs one of the suite's scripts with `--json` into a temporary file and reads it back."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "out.json")
+        done = subprocess.run([*command, "--json", out], cwd=ROOT)
+        if not os.path.exists(out):
+            raise SystemExit(f"{' '.join(command)} wrote no record (exit status {done.returncode})")
+        with open(out) as f:
+            return json.load(f)
+
+
+def _meta(command: List[str], ranks: int) -> dict:
+    import torch
+
+    return {"command": " ".join(command), "torch": torch.__version__, "ranks": ranks,
+            "date": time.strftime("%Y-%m-%d")}
+
+
+def record_gloo(ranks: int) -> str:
+    command = ["torchrun", "--nproc_per_node", str(ranks), "tests/scripts/compare_with_gloo.py"]
+    cases = _run_to_json(command)
+    counts: Dict[str, int] = {}
+    for case in cases:
+        counts[case["class"]] = counts.get(case["class"], 0) + 1
+    unknown = set(counts) - set(CLASSES)
+    if unknown:
+        raise SystemExit(f"the comparison has classes this page does not know: {sorted(unknown)}")
+    path = os.path.join(RESULTS, f"compare_with_gloo_{ranks}ranks.json")
+    _write(path, {"meta": _meta(command, ranks), "classes": counts})
+    return path
+
+
+def record_suite(ranks: int) -> str:
+    command = [sys.executable, "tests/torch_suite/runner.py", "--backend", "both",
+               "--world", str(ranks)]
+    report = _run_to_json(command)
+    if "summary" not in report:
+        raise SystemExit("the suite's run made no summary (did both backends run?)")
+    meta = _meta(["python3", *command[1:]], ranks)
+    path = os.path.join(RESULTS, f"torch_suite_{ranks}ranks.json")
+    _write(path, {"meta": meta, "summary": report["summary"]})
+    return path
+
+
+def _write(path: str, record: dict) -> None:
+    with open(path, "w") as f:
+        json.dump(record, f, indent=1)
+        f.write("\n")
+    print(f"wrote {os.path.relpath(path, ROOT)}")
 
 
 BLOCKS = {"routes": routes_block, "against gloo": gloo_block, "torch suite": suite_block}
@@ -150,7 +204,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true",
                     help="exit 1 if docs/coverage.md is not what this script writes")
+    ap.add_argument("--record-gloo", type=int, metavar="RANKS",
+                    help="run tests/scripts/compare_with_gloo.py on RANKS ranks and record its counts")
+    ap.add_argument("--record-suite", type=int, metavar="RANKS",
+                    help="run PyTorch's suite on gloo and pycomm and record its summary")
     a = ap.parse_args(argv)
+    if a.record_gloo:
+        record_gloo(a.record_gloo)
+    if a.record_suite:
+        record_suite(a.record_suite)
     with open(PAGE) as f:
         old = f.read()
     new = render(old)

@@ -1,5 +1,5 @@
 """docs/coverage.md's generated blocks are what scripts/coverage_page.py writes: the route
-table from the backend's own routing table, the counts from the records in bench/results."""
+table from the backend's own routing table, the counts from the records in bench/results/coverage."""
 import os
 import subprocess
 import sys
