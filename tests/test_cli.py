@@ -292,11 +292,36 @@ def test_bench_allreduce_help_of_the_real_script(capfd):
 def test_bench_default_dir_is_the_checkouts_bench(capsys, monkeypatch):
     from pycomm.tools import cli
 
+    monkeypatch.delenv("PYCOMM_BENCH_DIR", raising=False)
     calls = []
     monkeypatch.setattr(cli.subprocess, "call", lambda command: calls.append(command) or 0)
     assert main(["bench", "ddp", "--steps", "1"]) == 0
     assert calls == [[sys.executable, "-c", cli._RUN_NAMED, str(REPO / "bench" / "ddp_resnet50.py"),
                       "pycomm bench ddp", "--steps", "1"]]
+
+
+def test_bench_dir_from_the_setting(capsys, tmp_path, monkeypatch):
+    (tmp_path / "ddp_resnet50.py").write_text("raise SystemExit(4)\n")
+    monkeypatch.setenv("PYCOMM_BENCH_DIR", str(tmp_path))
+    assert run(capsys, "bench", "ddp")[0] == 4
+    monkeypatch.setenv("PYCOMM_BENCH_DIR", str(tmp_path / "elsewhere"))
+    code, _, err = run(capsys, "bench", "ddp")
+    assert code == 2 and "(the folder looked in: PYCOMM_BENCH_DIR)" in err
+
+
+def test_bench_outside_a_checkout_says_it_needs_one(capsys, tmp_path, monkeypatch):
+    """An installed pycomm (site-packages beside no bench/) says where it looked and how to
+    point it at a checkout."""
+    from pycomm.tools import cli
+
+    monkeypatch.delenv("PYCOMM_BENCH_DIR", raising=False)
+    monkeypatch.setattr(cli, "_repo_root", lambda: tmp_path)
+    code, _, err = run(capsys, "bench", "allreduce")
+    assert code == 2
+    assert f"{tmp_path / 'bench' / 'collectives_perf.py'} not found" in err
+    assert f"beside pycomm, imported from {tmp_path / 'pycomm'}" in err
+    assert "not installed with the package" in err and "--bench-dir" in err
+    assert "PYCOMM_BENCH_DIR" in err
 
 
 def test_bench_runs_script_with_arguments(capsys, tmp_path):
