@@ -193,12 +193,7 @@ def _scenario_from_args(a: argparse.Namespace) -> tuple:
         calibration = scaling.calibrate(a.calibrate, backend=a.backend)
         intra = inter = calibration.interconnect()
     if a.alpha_us is not None or a.bandwidth_gbps is not None:
-        ring = Cluster(gpus, per_host, intra, inter).ring_link()
-        ring = scaling.Interconnect(
-            "given", ring.alpha_s if a.alpha_us is None else a.alpha_us * 1e-6,
-            ring.bandwidth_Bps if a.bandwidth_gbps is None else a.bandwidth_gbps * 1e9,
-            "given on the command line")
-        intra = inter = ring
+        intra = inter = predict_3d.given_link(a, Cluster(gpus, per_host, intra, inter).ring_link())
     c = Cluster(gpus, per_host, intra, inter)
     s = replace(s, **{k: v for k, v in (
         ("bucket_cap_bytes", None if a.bucket_mb is None else a.bucket_mb * MIB),
