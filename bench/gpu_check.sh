@@ -40,7 +40,7 @@
 # stop the next), and GPU_CHECK_EXIT=STEP:RC[,STEP:RC] makes STEP's command exit RC (how a
 # sanitizer's exit status is recorded).
 set -uo pipefail
-bash -n "$0" || exit 2  # a syntax error fails at once, dry run or not (the parts' below)
+bash -n "$0" || exit 2  # a syntax error, here or in a part, fails at once, dry run or not
 cd "$(dirname "$0")/.."
 for part in bench/gpu/*.sh; do bash -n "$part" || exit 2; done
 
