@@ -9,7 +9,7 @@ The driver needs a parse_args(argv) that asks nothing of a GPU. It may define
     DRY_RUN_NEEDS  the modules its run imports beyond torch and pycomm ("torchvision", ...)
     plan(args)     a JSON-able dict of what the run would do
 When its arguments name a --json file, the plan goes there as {"dry_run": true, ...}: the
-file the real run would write, which bench/gpu_summary.py reads either way.
+file the real run would write, which bench/gpu/summary.py reads either way.
 Exit status: 2 when argparse refuses the arguments, 1 when a needed module does not
 import, else 0.
 """
