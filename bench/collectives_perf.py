@@ -420,10 +420,7 @@ def run(args):
                         lambda w, comm: mpi.collectives_peer(w, comm, args.dtype, args.op),
                         args.mpi_timeout)
     peers, lines = set_up_peers(args, world)
-    if mpi_side.peer is not None:
-        peers.append(mpi_side.peer)
-    if mpi_side.note:
-        lines.append(mpi_side.note)
+    mpi_side.join(peers, lines)
     if world.rank == 0:
         driver.print_header(header_lines(args, world, peers, lines))
 

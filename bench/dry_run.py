@@ -9,7 +9,7 @@ The driver needs a parse_args(argv) that asks nothing of a GPU. It may define
     DRY_RUN_NEEDS  the modules its run imports beyond torch and pycomm ("torchvision", ...)
     plan(args)     a JSON-able dict of what the run would do
 When its arguments name a --json file, the plan goes there as {"dry_run": true, ...}: the
-file the real run would write, which bench/gpu_summary.py reads either way.
+file the real run would write, which bench/gpu/summary.py reads either way.
 Exit status: 2 when argparse refuses the arguments, 1 when a needed module does not
 import, else 0.
 """
@@ -23,10 +23,8 @@ import sys
 
 
 def load(path: str):
-    """The driver as a module, without running its main."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if folder not in sys.path:
-        sys.path.insert(0, folder)  # its sibling imports (harness, ...)
+    """The driver as a module, without running its main. A driver of bench/, beside this
+    file: Python put this folder on sys.path, where the driver finds harness."""
     name = os.path.splitext(os.path.basename(path))[0]
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)

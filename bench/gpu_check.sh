@@ -21,7 +21,7 @@
 # Every step has a time limit (STEPS below: their sum, printed first, is the run's worst
 # case and stays under 9.5 minutes); its output goes to $OUT/log.txt as it runs and its line to
 # $OUT/steps.tsv when it ends; one that fails or runs out of time never stops the next. After
-# each step bench/gpu_summary.py rebuilds $OUT/results.json (the numbers) and $OUT/table.txt,
+# each step bench/gpu/summary.py rebuilds $OUT/results.json (the numbers) and $OUT/table.txt,
 # so $OUT (bench/out/gpu when unset) holds these four files whenever the run ends.
 #
 # Why the steps are what they are (docs/cuda.md, "One GPU, several ranks"): kernels of
@@ -40,8 +40,9 @@
 # stop the next), and GPU_CHECK_EXIT=STEP:RC[,STEP:RC] makes STEP's command exit RC (how a
 # sanitizer's exit status is recorded).
 set -uo pipefail
-bash -n "$0" || exit 2  # a syntax error fails at once, dry run or not
+bash -n "$0" || exit 2  # a syntax error, here or in a part, fails at once, dry run or not
 cd "$(dirname "$0")/.."
+for part in bench/gpu/*.sh; do bash -n "$part" || exit 2; done
 
 dry= only=
 while [ $# -gt 0 ]; do
@@ -61,7 +62,6 @@ preflight          26
 build             140
 torch_facts        45 beside
 import             15
-error_paths        20
 native_build      140 beside
 native_tests       15
 cpu_threads        12
@@ -167,354 +167,12 @@ awk 'NF >= 2 { printf "#   %-18s %4d s%s\n", $1, $2,
 
 # ----------------------------------------------------------------------------- the steps
 
-# record NAME STATUS SECONDS [NOTE]: NAME's line in steps.tsv, then the table again.
-record() {
-  local name=$1 status=$2 took=$3 note=${4:-}
-  printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$status" "$took" "$(limit_of "$name")" "$note" >>"$steps_tsv"
-  case $status in ok | skipped*) ;; *) failures=$((failures + 1)) ;; esac
-  printf '   %-18s %s (%s s)%s\n' "$name" "$status" "$took" "${note:+: $note}"
-  timeout 3 python3 bench/gpu_summary.py "$out" --raw "$raw" --limit "$total" >/dev/null 2>>"$log" ||
-    echo "   (the table could not be rebuilt: see log.txt)"
-}
-recorded() { awk -F'\t' -v n="$1" '$1 == n { f = 1 } END { exit !f }' "$steps_tsv"; }
-
-# skip_rc=RC:REASON, set around a step, records that step's exit status RC as
-# "skipped: REASON": an outcome that says the check could not be made, not that it failed.
-skip_rc=
-status_of() {  # the status of step $2, whose command exited with $1
-  case $1 in
-    0) echo ok ;;
-    124 | 137) echo "TIMEOUT at $(cut_of "$2") s" ;;
-    "${skip_rc%%:*}") echo "skipped: ${skip_rc#*:}" ;;
-    *) echo "FAILED rc=$1" ;;
-  esac
-}
-
-# command_of NAME WHY CMD...: sets cmd to what step NAME runs: CMD, or its dry form in a
-# dry run (with WHY set), with the test hooks applied.
-command_of() {
-  local name=$1 why=$2 hook code
-  shift 2
-  [ "${GPU_CHECK_BREAK:-}" = "$name" ] && set -- "$@" --gpu-check-broken-flag
-  [ -n "$dry" ] && [ -n "$why" ] && set -- dry_form "$@"
-  for hook in $(tr , " " <<<"${GPU_CHECK_EXIT:-}"); do
-    if [ "${hook%%:*}" = "$name" ]; then
-      code=${hook#*:}
-      set -- bash -c 'echo "GPU_CHECK_EXIT: the step exits $0 instead of running"; exit "$0"' "$code"
-    fi
-  done
-  cmd=("$@")
-}
-
-# finish NAME WHY RC SECONDS: records how step NAME ended ($note, when set, goes with it).
-# A dry run's pass of a step with WHY set is "skipped: WHY".
-note=
-finish() {
-  local name=$1 why=$2 rc=$3 took=$4 status
-  status=$(status_of "$rc" "$name")
-  if [ -n "$dry" ] && [ -n "$why" ]; then
-    if [ "$rc" = 0 ]; then record "$name" "skipped: $why" "$took" "dry form ok"
-    else record "$name" "$status (dry run)" "$took"; fi
-  else
-    record "$name" "$status" "$took" "$note"
-  fi
-}
-
-# step NAME DRY_WHY CMD...: runs CMD (a program or an exported function) within NAME's
-# limit, its output appended to log.txt as it comes and kept as $raw/NAME.log, and records
-# how it ended. With DRY_WHY set, a dry run runs CMD's dry form instead.
-step() {
-  local name=$1 why=$2 limit from start rc
-  shift 2
-  if ! selected "$name"; then
-    record "$name" "$(why_not_selected "$name")" 0
-    return
-  fi
-  limit=$(limit_of "$name") || exit 2  # a step the plan does not know: the script is wrong
-  command_of "$name" "$why" "$@"
-  printf '\n==== %s (limit %s s): %s\n' "$name" "$limit" "${cmd[*]}" >>"$log"
-  echo "== $name"
-  from=$(stat -c %s "$log") start=$SECONDS
-  timeout --kill-after=1 "$(cut_of "$name")" bash -c '"$@"' _ "${cmd[@]}" >>"$log" 2>&1 </dev/null
-  rc=$?
-  tail -c +"$((from + 1))" "$log" >"$raw/$name.log"
-  finish "$name" "$why" "$rc" "$((SECONDS - start))"
-}
-
-# beside NAME DRY_WHY NICENESS CMD...: starts step NAME in the background, at NICENESS,
-# within its own limit; collect NAME records it. Its output is kept apart until then, so
-# that log.txt reads step by step.
-beside() {
-  local name=$1 why=$2 niceness=$3
-  shift 3
-  selected "$name" || return 0
-  command_of "$name" "$why" "$@"
-  echo "== $name (beside build)"
-  (
-    start=$SECONDS
-    # timeout leads its own process group: cleanup ends the whole step through it.
-    timeout --kill-after=1 "$(cut_of "$name")" \
-      nice -n "$niceness" bash -c '"$@"' _ "${cmd[@]}" >"$raw/$name.log" 2>&1 </dev/null &
-    echo $! >"$work/$name.pid"
-    wait $!
-    echo "$? $((SECONDS - start))" >"$work/$name.done"
-  ) &
-  beside_pid[$name]=$! beside_cmd[$name]=${cmd[*]}
-}
-collect() {  # collect NAME DRY_WHY: waits for step NAME (started by beside) and records it
-  local name=$1 why=$2 rc took
-  if ! selected "$name"; then
-    record "$name" "$(why_not_selected "$name")" 0
-    return
-  fi
-  wait "${beside_pid[$name]}"
-  unset "beside_pid[$name]"
-  read -r rc took <"$work/$name.done" 2>/dev/null || rc=1 took=0
-  { printf '\n==== %s (limit %s s, beside build): %s\n' "$name" "$(limit_of "$name")" \
-      "${beside_cmd[$name]}"
-    cat "$raw/$name.log"; } >>"$log"
-  finish "$name" "$why" "$rc" "$took"
-}
-
-# any NAME CMD...: a step that runs the same in a dry run.
-any() { step "$1" "" "${@:2}"; }
-# host NAME CMD...: a step for the GPU machine's host (its build, its 16 cores).
-host() { step "$1" "dry run" "${@:2}"; }
-# gpu NAME CMD...: a step that needs the GPU. A real run on a machine without one records
-# it as skipped rather than failing it.
-gpu() {
-  if [ -z "$dry" ] && [ -z "$gpu_visible" ] && selected "$1"; then
-    record "$1" "skipped: no GPU visible" 0
-    return
-  fi
-  step "$1" "no GPU (dry run)" "${@:2}"
-}
-
-# runnable NAME REASON TEST...: whether NAME should run: always in a dry run (every step's
-# dry form runs) or when not selected (step records that), else when TEST succeeds; when
-# not, NAME is recorded as skipped for REASON.
-runnable() {
-  local name=$1 reason=$2
-  shift 2
-  if [ -n "$dry" ] || ! selected "$name" || "$@"; then return 0; fi
-  record "$name" "skipped: $reason" 0
-  return 1
-}
-
-# Whether step NAME passed; one left out by --steps counts, on the word of an earlier run
-# on this machine (a rerun of a few steps keeps the build it made).
-step_status() { awk -F'\t' -v n="$1" '$1 == n { s = $2 } END { print s }' "$steps_tsv"; }
-status_is_ok() { case $(step_status "$1") in ok | "skipped: not selected") return 0 ;; esac; return 1; }
-
-# dry_form CMD...: checks CMD as far as a machine without a GPU can, without running it.
-dry_form() {
-  case $1 in
-    env)
-      shift
-      while [[ $1 == *=* ]]; do export "$1"; shift; done
-      dry_form "$@" ;;
-    python3)
-      shift
-      case $1 in
-        -m) [ "$2" = pytest ] || { echo "dry_form: no dry form for python3 -m $2"; return 9; }
-            shift 2
-            python3 -m pytest "$@" --collect-only -q ;;
-        # Evaluates setup.py (torch, the toolkit, the arch list); compiles nothing.
-        setup.py) python3 setup.py --version ;;
-        *.py) python3 bench/dry_run.py "$@" ;;
-        *) echo "dry_form: no dry form for python3 $1"; return 9 ;;
-      esac ;;
-    compute-sanitizer)
-      shift
-      while [[ $1 == --* ]]; do shift 2; done  # its options, each with a value
-      dry_form "$@" ;;
-    "$native"/*) native_flags_known "$@" ;;
-    ctest) echo "would run: $*"; command -v ctest >/dev/null || echo "(no ctest here)" ;;
-    *)
-      if declare -F "$1" >/dev/null; then "$1" --dry-run "${@:2}"
-      else echo "dry_form: no dry form for $1"; return 9; fi ;;
-  esac
-}
-
-# native_flags_known BINARY ARGS...: every --flag in ARGS is one BINARY's source parses
-# (csrc/cuda/bench/BINARY.cu compares each flag as `flag == "--name"`).
-native_flags_known() {
-  local src arg bad=0
-  src=csrc/cuda/bench/$(basename "$1").cu
-  shift
-  [ -f "$src" ] || { echo "no source $src"; return 9; }
-  for arg in "$@"; do
-    case $arg in
-      --*) grep -qF -- "flag == \"$arg\"" "$src" || { echo "$src parses no $arg"; bad=1; } ;;
-    esac
-  done
-  [ $bad = 0 ] && echo "flags known to $src: $*"
-  return $bad
-}
-
-# machine_facts JSON: what needs neither torch nor the GPU, written first, then
-# whether the driver answers: `nvidia-smi -L` within 20 s (a fresh machine's first call
-# starts the driver), its GPU lines deciding which steps run, then the GPU's fields.
-machine_facts() {
-  local json=${1:?machine_facts JSON} start rc
-  [ $# = 1 ] || { echo "machine_facts: unknown arguments: ${*:2}"; return 2; }
-  python3 bench/gpu_facts.py host --json "$json" || return
-  echo "\$ timeout 20 nvidia-smi -L"
-  start=$SECONDS
-  timeout 20 nvidia-smi -L
-  rc=$?
-  echo "nvidia-smi -L: rc $rc after $((SECONDS - start)) s"  # gpu_check.sh reads this line
-  # The fields' query fits in this step's limit only after a prompt answer.
-  [ "$rc" = 0 ] && [ $((SECONDS - start)) -lt 15 ] && python3 bench/gpu_facts.py smi --json "$json"
-  return 0
-}
-
-# The native build: CMake (ctest's tests and the threads bench) where cmake exists, else the
-# threads bench alone, compiled by nvcc.
-native_build() {
-  local gen=() nvcc
-  command -v ninja >/dev/null && gen=(-G Ninja)
-  nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
-  local configure=(cmake -S . -B "$native" "${gen[@]}" -DCMAKE_CUDA_ARCHITECTURES=90
-                   "-DCMAKE_CUDA_COMPILER=$nvcc")
-  local build=(cmake --build "$native" -j "$jobs")
-  if [ "${1:-}" = --dry-run ]; then
-    shift
-    [ $# = 0 ] || { echo "native_build: unknown arguments: $*"; return 2; }
-    echo "would run: ${configure[*]} && ${build[*]}"
-    command -v cmake >/dev/null || echo "(no cmake here: nvcc would build the threads bench alone)"
-    return 0
-  fi
-  [ $# = 0 ] || { echo "native_build: unknown arguments: $*"; return 2; }
-  if command -v cmake >/dev/null; then
-    "${configure[@]}" && "${build[@]}"
-  else
-    echo "no cmake: the threads bench alone, compiled by nvcc (no native tests)"
-    mkdir -p "$native" &&
-      "$nvcc" -std=c++20 -O3 -arch=sm_90 -Icsrc/core -o "$native/threads_all_reduce_bench" \
-        csrc/cuda/bench/threads_all_reduce_bench.cu csrc/cuda/*.cu \
-        csrc/core/transport/*.cpp csrc/core/collectives/*.cpp csrc/core/kernels/*.cpp -lpthread
-  fi
-}
-
-# thread_scaling_sizes: the native thread_scaling bench on up to every core, at 64 MiB and
-# 16 MiB buffers (the size issue 35's target names).
-thread_scaling_sizes() {
-  local run=("$native/thread_scaling" "$jobs")
-  if [ "${1:-}" = --dry-run ]; then
-    shift
-    [ $# = 0 ] || { echo "thread_scaling_sizes: unknown arguments: $*"; return 2; }
-    [ -f csrc/core/bench/thread_scaling.cpp ] || { echo "no csrc/core/bench/thread_scaling.cpp"; return 9; }
-    echo "would run: ${run[*]} 64 && ${run[*]} 16"
-    return 0
-  fi
-  [ $# = 0 ] || { echo "thread_scaling_sizes: unknown arguments: $*"; return 2; }
-  "${run[@]}" 64 && "${run[@]}" 16
-}
-
-# error_paths: an error raised in pycomm's C++ reaches Python as the exception it names,
-# in a process of its own; where it crashes instead (the first GPU run's ipc_smoke died so,
-# in test_sum_into_rejects_bad_input), the compilers and libraries behind the build and
-# the crash's backtrace (cuda-gdb debugs host code too).
-error_paths() {
-  local code='import torch, pycomm
-try:
-    torch.ops.pycomm.sum_into_(torch.zeros(3, dtype=torch.float64), torch.zeros(3, dtype=torch.float64))
-except TypeError as e:
-    print("a TypeError came through:", str(e).splitlines()[0])'
-  if [ "${1:-}" = --dry-run ]; then
-    shift
-    [ $# = 0 ] || { echo "error_paths: unknown arguments: $*"; return 2; }
-    python3 -c "${code/torch.ops.pycomm.sum_into_(/print(torch.ops.pycomm.sum_into_, }"
-    return
-  fi
-  [ $# = 0 ] || { echo "error_paths: unknown arguments: $*"; return 2; }
-  python3 -c "$code" && return 0
-  echo "the error crashed the process (rc $?); what built it and what it loads:"
-  echo "CXX=${CXX:-} CC=${CC:-}; c++: $(command -v c++) g++: $(command -v g++)"
-  for cc in c++ g++ /opt/gcc/bin/g++; do command -v "$cc" >/dev/null && echo "$cc: $("$cc" --version | head -n 1)"; done
-  ldd pycomm/_C*.so | grep -E 'stdc\+\+|gcc_s|libc\.so|torch_python'
-  python3 -c 'import torch; print("torch built with:", torch.__config__.show().splitlines()[1:4])'
-  if command -v cuda-gdb >/dev/null; then
-    echo "the backtrace:"
-    timeout 40 cuda-gdb -q -batch -ex run -ex bt -ex quit --args python3 -c "$code" 2>&1 | grep -v '^\[' | tail -n 40
-  fi
-  return 1
-}
-
-# MPS as a daemon of our own: its pipe and log folders are ours, exported only from
-# mps_start on (a client finds the daemon through them).
-export mps_pipe=$work/mps/pipe mps_log=$work/mps/log
-start_mps() {
-  if [ "${1:-}" = --dry-run ]; then
-    shift
-    [ $# = 0 ] || { echo "start_mps: unknown arguments: $*"; return 2; }
-    echo "would run: nvidia-cuda-mps-control -d, with CUDA_MPS_PIPE_DIRECTORY and" \
-      "CUDA_MPS_LOG_DIRECTORY in a folder of our own; then one CUDA client, then get_server_list"
-    command -v nvidia-cuda-mps-control >/dev/null || echo "(nvidia-cuda-mps-control is not here)"
-    return 0
-  fi
-  [ $# = 0 ] || { echo "start_mps: unknown arguments: $*"; return 2; }
-  command -v nvidia-cuda-mps-control >/dev/null || { echo "nvidia-cuda-mps-control not found"; return 3; }
-  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-  nvidia-cuda-mps-control -d || { echo "nvidia-cuda-mps-control -d failed"; return 4; }
-  # The server starts with the first client: make one, then see it listed.
-  if ! python3 -c "import torch; torch.ones(1, device='cuda').sum().item(); print('a CUDA client ran')"; then
-    cat "$CUDA_MPS_LOG_DIRECTORY"/*.log 2>/dev/null | tail -n 20
-    return 5
-  fi
-  echo get_server_list | nvidia-cuda-mps-control | grep -q '[0-9]' || {
-    echo "no MPS server is listed"
-    return 6
-  }
-  echo "MPS server: $(echo get_server_list | nvidia-cuda-mps-control)"
-}
-# Our MPS processes: the control daemon and its servers, ours by user and by the pipe
-# folder in their environment or their parent (never another user's daemon, or one of the
-# image's own). Matched on the command line: a process's name stops at 15 characters.
-mps_pids() {
-  local pid daemons=" "
-  ours() { tr '\0' '\n' <"/proc/$1/environ" 2>/dev/null | grep -qxF "CUDA_MPS_PIPE_DIRECTORY=$mps_pipe"; }
-  for pid in $(pgrep -u "$(id -u)" -f '^([^ ]*/)?nvidia-cuda-mps-control( |$)'); do
-    ours "$pid" && daemons+="$pid " && echo "$pid"
-  done
-  for pid in $(pgrep -u "$(id -u)" -f '^([^ ]*/)?nvidia-cuda-mps-server( |$)'); do
-    if ours "$pid" || [[ $daemons == *" $(ps -o ppid= -p "$pid" | tr -d ' ') "* ]]; then
-      echo "$pid"
-    fi
-  done
-}
-# stop_mps: asks our daemon to quit, its servers given 2 s to let their clients go, then
-# makes sure it is gone: a daemon left behind would hold the GPU for whoever comes next.
-stop_mps() {
-  local pids i
-  if [ "${1:-}" = --dry-run ]; then
-    shift
-    [ $# = 0 ] || { echo "stop_mps: unknown arguments: $*"; return 2; }
-    echo "would run: echo 'quit -t 2' | nvidia-cuda-mps-control, then wait for our daemon and" \
-      "servers (pgrep, by the pipe folder in their environment) and kill any left"
-    return 0
-  fi
-  [ $# = 0 ] || { echo "stop_mps: unknown arguments: $*"; return 2; }
-  if command -v nvidia-cuda-mps-control >/dev/null; then
-    echo "quit -t 2" | CUDA_MPS_PIPE_DIRECTORY=$mps_pipe timeout 4 nvidia-cuda-mps-control
-  fi
-  for i in $(seq 12); do
-    pids=$(mps_pids)
-    [ -n "$pids" ] || { echo "MPS stopped"; return 0; }
-    sleep 0.25
-  done
-  echo "MPS processes left after quit: $(tr '\n' ' ' <<<"$pids"); killing them"
-  kill $pids 2>/dev/null
-  sleep 0.5
-  pids=$(mps_pids)
-  [ -z "$pids" ] || kill -9 $pids 2>/dev/null
-  sleep 0.2
-  [ -z "$(mps_pids)" ] || { echo "MPS processes survive: $(mps_pids | tr '\n' ' ')"; return 7; }
-  echo "MPS stopped (killed)"
-  return 8  # stopped, but not as asked: worth a look
-}
-export -f dry_form native_flags_known machine_facts native_build thread_scaling_sizes error_paths start_mps mps_pids stop_mps
+# How a step runs and is recorded, and the steps' commands that are functions (bench/gpu/).
+for part in step_runner commands mps; do
+  # shellcheck source=/dev/null
+  source "bench/gpu/$part.sh"
+done
+export -f dry_form native_flags_known machine_facts native_build thread_scaling_sizes start_mps mps_pids stop_mps
 
 # (0) The machine, first: what every later step depends on, without torch. The GPU steps
 # run when `nvidia-smi -L` lists a GPU; or when it did not answer in time but a device node
@@ -543,10 +201,9 @@ have_package() {
 # loading: slow on a fresh machine, needed by no step) and the native build beside it (nice,
 # so that setup.py, which more steps need, has the cores first). Without Python's headers the
 # build would spend its whole limit failing: that is recorded at once instead.
-beside torch_facts "" 0 python3 bench/gpu_facts.py torch --json "$raw/torch_facts.json"
+beside torch_facts "" 0 python3 -m bench.gpu.facts torch --json "$raw/torch_facts.json"
 beside native_build "dry run" 10 native_build
-python_h=$(timeout 10 python3 -c 'import sys; sys.path.insert(0, "bench"); import gpu_facts
-print(gpu_facts.python_headers()[0])')
+python_h=$(timeout 10 python3 -c 'from bench.gpu import facts; print(facts.python_headers()[0])')
 if selected build && ! [ -f "$python_h" ]; then
   headers_why="$(python3 -V 2>&1) has no development headers (${python_h:-sysconfig did not answer})"
   record build "FAILED: no Python.h" 0 "$headers_why: install its -dev package"
@@ -554,9 +211,7 @@ else
   host build env TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS="$jobs" python3 setup.py build_ext --inplace
 fi
 collect torch_facts ""
-any import python3 bench/gpu_facts.py pycomm --json "$raw/pycomm.json"
-runnable error_paths "needs pycomm (import)" status_is_ok import &&
-  any error_paths error_paths
+any import python3 -m bench.gpu.facts pycomm --json "$raw/pycomm.json"
 
 # (2) The native protocol and kernel tests, once the native build is done.
 collect native_build "dry run"

@@ -18,9 +18,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
-import tempfile
+
+from harness.launch import add_rank_job_options  # (harness puts pycomm on sys.path)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MIB = 1 << 20
@@ -76,11 +76,12 @@ def every_collective(group, rank: int, world: int) -> list:
     return wrong
 
 
-def rank_job(out_dir: str) -> None:
+def rank_job(args) -> None:
     import torch
     import torch.distributed as dist
 
     import pycomm  # noqa: F401  (registers the backend)
+    from harness.launch import rank_job_result
     from pycomm import _C, config
     from pycomm.tools.doctor import mapped_segment_bytes
 
@@ -99,22 +100,22 @@ def rank_job(out_dir: str) -> None:
     wrong = every_collective(group, rank, world)
     after_all = mapped_segment_bytes() - base
     cost = _C.shared_memory_cost(world, config.communicator_config(world, 60.0))
-    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
-        json.dump({"rank": rank, "set_up": set_up, "ring": ring, "after_all": after_all,
-                   "wrong": wrong + ([] if ring_ok else ["ring of sends"]), **cost}, f)
+    mine = {"rank": rank, "set_up": set_up, "ring": ring, "after_all": after_all,
+            "wrong": wrong + ([] if ring_ok else ["ring of sends"]), **cost}
     dist.destroy_process_group(group)
+    # Every rank's figures to rank 0, over gloo: the pycomm group is gone, so this costs its
+    # figures nothing.
+    ranks = [None] * world
+    dist.all_gather_object(ranks, mine)
+    rank_job_result(args.out, ranks)
     dist.destroy_process_group()
 
 
 def measure(world: int, timeout_s: float) -> dict:
-    with tempfile.TemporaryDirectory() as out:
-        env = dict(os.environ, OMP_NUM_THREADS="1")
-        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={world}",
-               "--standalone", os.path.abspath(__file__), "--rank-job", out]
-        run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s)
-        if run.returncode != 0:
-            raise RuntimeError(f"{world} ranks failed:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}")
-        ranks = [json.load(open(os.path.join(out, f"rank{r}.json"))) for r in range(world)]
+    from harness.launch import torchrun_rank_job
+
+    ranks = torchrun_rank_job(__file__, [], world, timeout_s,
+                              what=f"group_memory: the launch of {world} ranks")
     one = ranks[0]
     return {
         "world": world,
@@ -129,13 +130,14 @@ def measure(world: int, timeout_s: float) -> dict:
 
 
 def main() -> None:
-    if len(sys.argv) == 3 and sys.argv[1] == "--rank-job":
-        return rank_job(sys.argv[2])
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--worlds", default="2,4,8,16,32")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per world size")
     ap.add_argument("--json", default=os.path.join(HERE, "out", "group_memory.json"))
+    add_rank_job_options(ap)
     args = ap.parse_args()
+    if args.rank_job:
+        return rank_job(args)
     rows = [measure(int(w), args.timeout) for w in args.worlds.split(",")]
     print(f"{'ranks':>5} {'mapped a rank after set-up':>27} {'after a ring of sends':>22} "
           f"{'after every collective':>23}  values")

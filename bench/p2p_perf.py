@@ -294,10 +294,7 @@ def run(args):
     mpi_side = mpi.side(world, args.no_mpi, lambda: mpi_plan(args, sizes, esize), mpi_p2p.peer,
                         args.mpi_timeout)
     peers, lines, group = set_up_peers(world)
-    if mpi_side.peer is not None:
-        peers.append(mpi_side.peer)
-    if mpi_side.note:
-        lines.append(mpi_side.note)
+    mpi_side.join(peers, lines)
     if world.rank == 0:
         driver.print_header(header_lines(args, world, peers, lines))
     # The pycomm group's barrier, where there is one, aligns the ceiling's copies more

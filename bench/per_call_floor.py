@@ -26,15 +26,10 @@ the difference between the two is torch's.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
-import sys
-import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+from harness.launch import add_rank_job_options  # (harness puts pycomm on sys.path)
 
 ROADS = ("dist", "async+wait", "funcol", "funcol_ops", "op", "direct", "dispatch")
 BACKENDS = {"gloo": "gloo", "pycomm": "cpu:pycomm"}
@@ -50,8 +45,8 @@ def parse_args(argv=None):
     p.add_argument("--grad-mode", choices=("no_grad", "inference", "grad"), default="no_grad")
     p.add_argument("--backends", default="gloo,pycomm")
     p.add_argument("--json", default=None)
-    p.add_argument("--rank-job", default=None, help=argparse.SUPPRESS)  # backend name
-    p.add_argument("--out", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--backend", choices=BACKENDS, help=argparse.SUPPRESS)  # a rank job's
+    add_rank_job_options(p)
     args = p.parse_args(argv)
     args.sizes = [int(s) for s in args.sizes.split(",")]
     args.backends = [b for b in args.backends.split(",") if b]
@@ -96,17 +91,17 @@ def rank_job(args) -> None:
     from harness.timing import summarize
 
     torch.set_num_threads(1)
-    dist.init_process_group(BACKENDS[args.rank_job])
+    dist.init_process_group(BACKENDS[args.backend])
     group = dist.group.WORLD
     world, rank = dist.get_world_size(), dist.get_rank()
     ctx = {"no_grad": torch.no_grad, "inference": torch.inference_mode,
            "grad": contextlib.nullcontext}[args.grad_mode]
-    calls = args.calls if args.rank_job == "pycomm" else max(10, args.calls // 10)
+    calls = args.calls if args.backend == "pycomm" else max(10, args.calls // 10)
     rows = []
     with ctx():
         for size in args.sizes:
             t = torch.zeros(max(1, size // 4))
-            fns = roads(t, group, args.rank_job)
+            fns = roads(t, group, args.backend)
             samples = {k: [] for k in fns}
             wrong = {k: 0 for k in fns}
             for rep in range(args.reps + 1):  # the first is a warm-up
@@ -126,11 +121,10 @@ def rank_job(args) -> None:
                         samples[k].append(dt)
             for k, s in samples.items():
                 med, spread = summarize(s)
-                rows.append(dict(backend=args.rank_job, size=size, road=k, us=med * 1e6,
+                rows.append(dict(backend=args.backend, size=size, road=k, us=med * 1e6,
                                  spread=spread, calls=calls, wrong=wrong[k]))
-    if rank == 0:
-        rank_job_result(args.out, rows)
-    if args.rank_job == "gloo":
+    rank_job_result(args.out, rows)
+    if args.backend == "gloo":
         # The baseline's figures are written; its ranks end after a barrier without gloo's
         # teardown, which has aborted ranks now and then (see main()).
         dist.barrier()
@@ -141,36 +135,33 @@ def rank_job(args) -> None:
 def main(argv=None) -> None:
     args = parse_args(argv)
     if args.rank_job:
-        rank_job(args)
-        return
+        return rank_job(args)
     from harness import driver
-    from harness.launch import run_in_session
+    from harness.launch import RankJobFailed, torchrun_rank_job
     from harness.table import Column, Table
 
     rows, notes = [], []
     for backend in args.backends:
-        out = tempfile.mktemp(suffix=".json")
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-               os.path.abspath(__file__), "--rank-job", backend, "--out", out, "--grad-mode", args.grad_mode,
-               "--reps", str(args.reps), "--calls", str(args.calls),
-               "--sizes", ",".join(map(str, args.sizes))]
+        job = ["--backend", backend, "--grad-mode", args.grad_mode, "--reps", args.reps,
+               "--calls", args.calls, "--sizes", ",".join(map(str, args.sizes))]
         # A rank of the gloo launch aborted once, in a loaded test run, with "terminate called
         # without an active exception" (no pycomm thread exists in that process; upstream
         # reports of gloo aborting so at teardown: pytorch#179291, #190489). The baseline gets
         # a second launch, and the table says so; pycomm's launch gets none.
-        for attempt in range(2 if backend == "gloo" else 1):
-            rc, _, stderr = run_in_session(cmd, 900, env=dict(os.environ, OMP_NUM_THREADS="1"))
-            if rc == 0 and os.path.exists(out):
+        launches = 2 if backend == "gloo" else 1
+        for attempt in range(launches):
+            try:
+                rows += torchrun_rank_job(__file__, job, 2, 900,
+                                          what=f"per_call_floor: the {backend} launch")
                 break
-            if attempt + 1 == (2 if backend == "gloo" else 1):
-                raise SystemExit(f"per_call_floor: the {backend} launch failed (rc {rc}):\n{stderr[-3000:]}")
-            first = next((line for line in stderr.splitlines() if "terminate" in line or "Error" in line),
-                         stderr.strip().splitlines()[-1] if stderr.strip() else "")
-            notes.append(f"the {backend} launch failed once (rc {rc}: {first.strip()[:120]}); "
-                         f"its second launch is the one measured")
-        with open(out) as f:
-            rows += json.load(f)
-        os.remove(out)
+            except RankJobFailed as e:
+                if attempt + 1 == launches:
+                    raise
+                stderr = e.stderr
+                first = next((line for line in stderr.splitlines() if "terminate" in line or "Error" in line),
+                             stderr.strip().splitlines()[-1] if stderr.strip() else "")
+                notes.append(f"the {backend} launch failed once (rc {e.rc}: {first.strip()[:120]}); "
+                             f"its second launch is the one measured")
     us = {(r["backend"], r["size"], r["road"]): r for r in rows}
     print(f"# per-call floor, 2 ranks, {args.grad_mode}: rank 0's median µs per call over {args.reps} reps "
           "(spread in brackets); x dist: the road's time over dist.all_reduce's on the same backend")

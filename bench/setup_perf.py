@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+from harness.launch import add_rank_job_options  # (harness puts pycomm on sys.path)
 
 STEPS = ("new_group", "first_send", "destroy")
 
@@ -29,8 +27,7 @@ def parse_args(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--groups", type=int, default=20)
     p.add_argument("--json", default=None)
-    p.add_argument("--rank-job", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--out", default=None, help=argparse.SUPPRESS)
+    add_rank_job_options(p)
     return p.parse_args(argv)
 
 
@@ -64,20 +61,18 @@ def rank_job(args) -> None:
         if i:
             for step, dt in zip(STEPS, (t1 - t0, t2 - t1, t3 - t2)):
                 samples[step].append(dt)
-    if rank == 0:
-        rows = []
-        for step, s in samples.items():
-            med, spread = summarize(s)
-            rows.append(dict(call=step, size=2, pycomm_us=med * 1e6, spread=spread))
-        rank_job_result(args.out, dict(rows=rows, wrong=wrong, groups=args.groups))
+    rows = []
+    for step, s in samples.items():
+        med, spread = summarize(s)
+        rows.append(dict(call=step, size=2, pycomm_us=med * 1e6, spread=spread))
+    rank_job_result(args.out, dict(rows=rows, wrong=wrong, groups=args.groups))
     dist.destroy_process_group()
 
 
 def main(argv=None) -> None:
     args = parse_args(argv)
     if args.rank_job:
-        rank_job(args)
-        return
+        return rank_job(args)
     from harness.launch import torchrun_rank_job
 
     result = torchrun_rank_job(__file__, ["--groups", args.groups], 2, 600)

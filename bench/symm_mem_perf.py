@@ -25,12 +25,9 @@ median. Every road's result is checked after its batch on integer-valued floats:
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+from harness.launch import add_rank_job_options  # (harness puts pycomm on sys.path)
 
 ROADS = ("ordinary", "symmetric", "one_shot", "two_shot", "gloo", "copy")
 SIZES = (8, 512, 4096, 65536, 1 << 20, 16 << 20)
@@ -43,8 +40,7 @@ def parse_args(argv=None):
     p.add_argument("--reps", type=int, default=7)
     p.add_argument("--budget", type=float, default=0.05, help="seconds of calls per road and rep")
     p.add_argument("--json", default=None)
-    p.add_argument("--out", default=None, help=argparse.SUPPRESS)
-    p.add_argument("--rank-job", action="store_true", help=argparse.SUPPRESS)
+    add_rank_job_options(p)
     args = p.parse_args(argv)
     args.sizes = [int(s) for s in args.sizes.split(",")]
     return args
@@ -124,16 +120,14 @@ def rank_job(args) -> None:
             rows.append(dict(size=size, road=k, us=med * 1e6, spread=spread,
                              calls=calls[k], wrong=wrong[k], rounds_us=[x * 1e6 for x in s]))
         del fns, inputs
-    if rank == 0:
-        rank_job_result(args.out, rows)
+    rank_job_result(args.out, rows)
     dist.destroy_process_group()
 
 
 def main(argv=None) -> None:
     args = parse_args(argv)
     if args.rank_job:
-        rank_job(args)
-        return
+        return rank_job(args)
     from harness import driver
     from harness.launch import torchrun_rank_job
     from harness.sizes import human

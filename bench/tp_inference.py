@@ -46,8 +46,7 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+from harness.launch import run_in_session  # (harness puts pycomm on sys.path)
 
 MODES = ("no_tp", "gloo", "pycomm", "symm", "ceiling")  # the default, in this order
 ALL_MODES = MODES + ("nccl",)
@@ -260,9 +259,9 @@ def profiled_decode(generate, tokens: int) -> dict:
 # ---------------------------------------------------------------- the launcher
 
 def launch(args, mode: str, model_dir: str, cores: int, profile: bool) -> list:
-    """One launch of `mode`: its ranks' results (one for no_tp)."""
-    from harness.launch import run_in_session
-
+    """One launch of `mode`: its ranks' results (one for no_tp). Every rank writes its own
+    file, where harness.launch.torchrun_rank_job takes rank 0's alone: no_tp runs without
+    torchrun, and the ranks of ceiling's fake group cannot hand their results to rank 0."""
     out_dir = tempfile.mkdtemp(prefix=f"tp-{mode}-")
     common = [os.path.abspath(__file__), "--rank-job", "--mode", mode, "--model-dir", model_dir,
               "--out-dir", out_dir, "--ranks", str(args.ranks), "--vocab", str(args.vocab),

@@ -5,9 +5,17 @@ group asked for pycomm fails with the reason rather than as an unknown backend."
 from __future__ import annotations
 
 import warnings
+from typing import Optional
+
+# Why the runtime did not load, recorded here by runtime_missing (the package root, which
+# catches the error, keeps it too as pycomm._RUNTIME_ERROR); None when it loaded. Kept here so
+# that import_runtime need not reach back up to the package root for it.
+_error: Optional[ImportError] = None
 
 
 def runtime_missing(error: ImportError):
+    global _error
+    _error = error
     try:
         import torch  # noqa: F401
     except ImportError:
@@ -29,12 +37,12 @@ def runtime_missing(error: ImportError):
         dist.Backend.register_backend("pycomm", _create, extended_api=True, devices=["cpu"])
 
 
-def import_runtime(who: str):
-    """pycomm._C, for the module `who`, which reads its tables; or an ImportError
-    that names the ImportError that stopped the runtime."""
-    import pycomm
+def import_runtime(who: str, uses: str = "reads its tables from"):
+    """pycomm._C, for `who`, which `uses` it; or an ImportError that names the ImportError
+    that stopped the runtime ("<who> <uses> pycomm's runtime, which did not load: ...")."""
+    if _error is not None:
+        raise ImportError(f"{who} {uses} pycomm's runtime, which did not load: {_error}") \
+            from _error
+    from . import _C  # loaded by the package root before anything asks for it
 
-    if pycomm._RUNTIME_ERROR is not None:
-        raise ImportError(f"{who} reads its tables from pycomm's runtime, which did not load: "
-                          f"{pycomm._RUNTIME_ERROR}") from pycomm._RUNTIME_ERROR
-    return pycomm._C
+    return _C

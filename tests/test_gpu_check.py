@@ -30,12 +30,12 @@ MAX_FILES, MAX_DEPTH = 8, 2
 # Every step, in the order a run takes them (those marked "later" only when --steps names
 # them): no torch before the preflight's facts, the cheapest and most telling first, and
 # last the 3-process IPC grid, which may not finish without MPS.
-ORDER = ("preflight", "build", "torch_facts", "import", "error_paths", "native_build", "native_tests",
-         "cpu_threads", "threads_tiny", "threads_2", "threads_4", "threads_8", "memcheck", "initcheck",
-         "synccheck", "ipc_smoke", "ipc_tests", "mps_start", "mps_procs_2", "mps_procs_3",
-         "mps_procs_4", "mps_symm_2", "ddp_resnet50", "mps_stop", "ddp_grads", "ipc_grid_3",
-         "cpu_teams", "cpu_numa", "cpu_collectives_4", "cpu_collectives_8", "cpu_collectives_16",
-         "summary")
+ORDER = ("preflight", "build", "torch_facts", "import", "native_build", "native_tests",
+         "cpu_threads", "threads_tiny", "threads_2", "threads_4", "threads_8", "memcheck",
+         "initcheck", "synccheck", "ipc_smoke", "ipc_tests", "mps_start", "mps_procs_2",
+         "mps_procs_3", "mps_procs_4", "mps_symm_2", "ddp_resnet50", "mps_stop", "ddp_grads",
+         "ipc_grid_3", "cpu_teams", "cpu_numa", "cpu_collectives_4", "cpu_collectives_8",
+         "cpu_collectives_16", "summary")
 LATER = ("mps_procs_3", "ddp_resnet50", "ipc_grid_3", "cpu_teams", "cpu_numa", "cpu_collectives_4",
          "cpu_collectives_8", "cpu_collectives_16")
 BESIDE = ("torch_facts", "native_build")
@@ -180,10 +180,9 @@ def test_the_facts_need_no_torch_and_survive_a_broken_one(tmp_path):
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("raise ImportError('a stand-in that does not import')\n")
     env = dict(os.environ, PYTHONPATH=str(fake.parent))
-    facts = REPO / "bench" / "gpu_facts.py"
     for what, path in (("host", tmp_path / "machine.json"), ("torch", tmp_path / "torch.json")):
-        done = subprocess.run([sys.executable, str(facts), what, "--json", str(path)], env=env,
-                              capture_output=True, text=True, timeout=60)
+        done = subprocess.run([sys.executable, "-m", "bench.gpu.facts", what, "--json", str(path)],
+                              cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr
     machine = json.loads((tmp_path / "machine.json").read_text())
     assert machine["packages"]["pytest"] is True and "unfinished" not in machine

@@ -176,16 +176,38 @@ def run_in_session(cmd, timeout_s: float, **popen_args):
     return proc.returncode, stdout, stderr
 
 
+def add_rank_job_options(parser) -> None:
+    """The hidden options of a bench that is its own rank job: torchrun_rank_job starts it
+    with --rank-job (run as one rank) and --out (where rank 0's result goes)."""
+    import argparse
+
+    parser.add_argument("--rank-job", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--out", default=None, help=argparse.SUPPRESS)
+
+
 def rank_job_result(path: str, result) -> None:
-    """In rank 0 of a rank job: hands `result` (JSON) to torchrun_rank_job, through `path`."""
+    """In every rank of a rank job: rank 0 hands `result` (JSON) to torchrun_rank_job,
+    through `path`; the other ranks' results are not read."""
+    if os.environ.get("RANK", "0") != "0":
+        return
     with open(path, "w") as f:
         json.dump(result, f)
 
 
-def torchrun_rank_job(script: str, args, nproc: int, timeout_s: float):
+class RankJobFailed(SystemExit):
+    """A rank job whose launch failed, or left no result: its exit status (None when it ran
+    past its time) and the launch's stderr, both in the message."""
+
+    def __init__(self, what: str, rc, stderr: str):
+        super().__init__(f"{what} failed (rc {rc}):\n{stderr[-3000:]}")
+        self.rc, self.stderr = rc, stderr
+
+
+def torchrun_rank_job(script: str, args, nproc: int, timeout_s: float, what: str = ""):
     """Starts `script --rank-job --out FILE ARGS` as nproc ranks under torchrun on this host
     (OMP_NUM_THREADS=1) and returns what rank 0 wrote to FILE (rank_job_result): how a bench
-    that is its own rank job runs itself. SystemExit, with the launch's stderr, when it fails."""
+    that is its own rank job runs itself. RankJobFailed, naming the launch as `what` (by
+    default "<script's name>: the launch"), when it fails."""
     out = tempfile.mktemp(suffix=".json")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
            os.path.abspath(script), "--rank-job", "--out", out, *map(str, args)]
@@ -193,7 +215,7 @@ def torchrun_rank_job(script: str, args, nproc: int, timeout_s: float):
     try:
         if rc != 0 or not os.path.exists(out):
             name = os.path.basename(script).removesuffix(".py")
-            raise SystemExit(f"{name}: the launch failed (rc {rc}):\n{stderr[-3000:]}")
+            raise RankJobFailed(what or f"{name}: the launch", rc, stderr)
         with open(out) as f:
             return json.load(f)
     finally:

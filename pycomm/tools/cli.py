@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, replace
@@ -33,7 +34,11 @@ class _Bench:
     named: bool                   # run it as `pycomm bench NAME` (argparse's prog), not its path
 
 
-# `pycomm bench NAME ARGS` runs bench/<script> <fixed_args> ARGS with this Python.
+# `pycomm bench NAME ARGS` runs bench/<script> <fixed_args> ARGS with this Python. The
+# benchmarks are a checkout's bench/ folder, never installed with the package: they are found
+# through --bench-dir, else this setting, else beside the package when it was imported from a
+# checkout (in place, or installed editable).
+BENCH_DIR_ENV = "PYCOMM_BENCH_DIR"
 BENCHES = {
     "allreduce": _Bench("collectives_perf.py", ("--collective", "all_reduce"), named=True),
     "collectives": _Bench("collectives_perf.py", (), named=True),
@@ -95,7 +100,8 @@ _PREDICT_OPTIONS = (
 
 
 def _repo_root() -> Path:
-    """The source tree the package lives in: the benchmarks are in <root>/bench."""
+    """The folder the package was imported from: a checkout's root, whose benchmarks are in
+    <root>/bench, or site-packages, which has none."""
     return Path(__file__).resolve().parents[2]  # <root>/pycomm/tools/cli.py
 
 
@@ -130,12 +136,16 @@ def _parser() -> argparse.ArgumentParser:
     predict_3d.add_arguments(pr)
 
     be = sub.add_parser("bench", help="run bench/collectives_perf.py or bench/ddp_resnet50.py",
-                        description="Runs a benchmark script of the source tree with this "
+                        description="Runs a benchmark script of a pycomm checkout with this "
                         "Python; the arguments after its name go to the script (NAME --help "
                         "lists them). allreduce: bench/collectives_perf.py --collective "
                         "all_reduce; collectives: bench/collectives_perf.py (--collective "
-                        "NAME[,NAME...] picks them); ddp: bench/ddp_resnet50.py.")
-    be.add_argument("--bench-dir", help="where the scripts are (default: <repo>/bench)")
+                        "NAME[,NAME...] picks them); ddp: bench/ddp_resnet50.py. The "
+                        "benchmarks are not installed with the package: they are found in "
+                        f"--bench-dir, else ${BENCH_DIR_ENV}, else the checkout this pycomm "
+                        "was imported from; they measure the pycomm of the checkout they are in.")
+    be.add_argument("--bench-dir", help=f"a checkout's bench/ folder (default: ${BENCH_DIR_ENV}, "
+                    "else the bench/ beside the package when it was imported from a checkout)")
     be.add_argument("which", choices=sorted(BENCHES))
     be.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
 
@@ -183,12 +193,7 @@ def _scenario_from_args(a: argparse.Namespace) -> tuple:
         calibration = scaling.calibrate(a.calibrate, backend=a.backend)
         intra = inter = calibration.interconnect()
     if a.alpha_us is not None or a.bandwidth_gbps is not None:
-        ring = Cluster(gpus, per_host, intra, inter).ring_link()
-        ring = scaling.Interconnect(
-            "given", ring.alpha_s if a.alpha_us is None else a.alpha_us * 1e-6,
-            ring.bandwidth_Bps if a.bandwidth_gbps is None else a.bandwidth_gbps * 1e9,
-            "given on the command line")
-        intra = inter = ring
+        intra = inter = predict_3d.given_link(a, Cluster(gpus, per_host, intra, inter).ring_link())
     c = Cluster(gpus, per_host, intra, inter)
     s = replace(s, **{k: v for k, v in (
         ("bucket_cap_bytes", None if a.bucket_mb is None else a.bucket_mb * MIB),
@@ -341,15 +346,24 @@ def _predict(a: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------- bench
 
+def _bench_dir(a: argparse.Namespace) -> Tuple[Path, str]:
+    """The folder `pycomm bench` takes the scripts from, and what chose it."""
+    if a.bench_dir:
+        return Path(a.bench_dir), "--bench-dir"
+    if os.environ.get(BENCH_DIR_ENV):
+        return Path(os.environ[BENCH_DIR_ENV]), BENCH_DIR_ENV
+    return _repo_root() / "bench", f"beside pycomm, imported from {_repo_root() / 'pycomm'}"
+
+
 def _bench(a: argparse.Namespace) -> int:
     bench = BENCHES[a.which]
     name = f"pycomm bench {a.which}"
-    bench_dir = Path(a.bench_dir) if a.bench_dir else _repo_root() / "bench"
+    bench_dir, chosen_by = _bench_dir(a)
     script = (bench_dir / bench.script).absolute()
     if not script.is_file():
-        print(f"{name}: {script} not found. The benchmarks are in the source "
-              "tree's bench/ directory (they are not installed with the package); run from a "
-              "checkout, or point --bench-dir at it.", file=sys.stderr)
+        print(f"{name}: {script} not found (the folder looked in: {chosen_by}). The benchmarks "
+              "are a pycomm checkout's bench/ folder and are not installed with the package: "
+              f"give --bench-dir CHECKOUT/bench, or set {BENCH_DIR_ENV}.", file=sys.stderr)
         return 2
     args = list(a.args)
     if args[:1] == ["--"]:

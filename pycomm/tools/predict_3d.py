@@ -1,4 +1,5 @@
-"""``pycomm predict --3d``: the options and printout of the 3D model (scaling/three_d.py).
+"""``pycomm predict --3d``: the options and printout of the 3D model (scaling/three_d.py), and
+the link that predict's --alpha-us and --bandwidth-GBps make (given_link), which both models take.
 
     pycomm predict --3d --dp 8 --tp 8 --pp 4 --microbatches 16 --layers 48 --hidden 8192 \\
         --seq 2048 --gpus-per-host 8 --tflops 150
@@ -12,7 +13,7 @@ from dataclasses import replace
 from . import scaling
 from .scaling import three_d
 
-__all__ = ["add_arguments", "prediction"]
+__all__ = ["add_arguments", "given_link", "prediction"]
 
 # GPT-2 medium (Radford et al. 2019): 24 layers, hidden 1024, context 1024, vocabulary 50257.
 # 12·l·h² + 13·l·h + (V+s)·h = 354,821,120 parameters: its checkpoint's 354,823,168 less the
@@ -69,6 +70,17 @@ def _value(a, dest, default):
     return default if v is None else v
 
 
+def given_link(a: argparse.Namespace, link: scaling.Interconnect) -> scaling.Interconnect:
+    """`link` with predict's --alpha-us and --bandwidth-GBps, where given, in place of its
+    own alpha and B (the 3D model's links and the data-parallel model's ring alike)."""
+    if a.alpha_us is None and a.bandwidth_gbps is None:
+        return link
+    return scaling.Interconnect(
+        "given", link.alpha_s if a.alpha_us is None else a.alpha_us * 1e-6,
+        link.bandwidth_Bps if a.bandwidth_gbps is None else a.bandwidth_gbps * 1e9,
+        "given on the command line")
+
+
 def _links(a, layout: three_d.Layout3D) -> three_d.Links3D:
     per_host = _value(a, "gpus_per_host", layout.world_size)
     intra = scaling.get_interconnect(a.intra or "nvlink3")
@@ -77,15 +89,8 @@ def _links(a, layout: three_d.Layout3D) -> three_d.Links3D:
     given = {dim: scaling.get_interconnect(getattr(a, f"{dim}_link"))
              for dim in ("dp", "tp", "pp") if getattr(a, f"{dim}_link")}
     links = replace(links, **given)
-    if a.alpha_us is not None or a.bandwidth_gbps is not None:
-        def override(link):
-            return scaling.Interconnect(
-                "given", link.alpha_s if a.alpha_us is None else a.alpha_us * 1e-6,
-                link.bandwidth_Bps if a.bandwidth_gbps is None else a.bandwidth_gbps * 1e9,
-                "given on the command line")
-        links = three_d.Links3D(dp=override(links.dp), tp=override(links.tp),
-                                pp=override(links.pp))
-    return links
+    return three_d.Links3D(dp=given_link(a, links.dp), tp=given_link(a, links.tp),
+                           pp=given_link(a, links.pp))
 
 
 def prediction(a: argparse.Namespace) -> tuple:

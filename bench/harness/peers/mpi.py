@@ -223,6 +223,14 @@ class Side:
         """Whether the tables have an MPI column (on rank 0, which prints them)."""
         return self.peer is not None or bool(self.rows)
 
+    def join(self, peers: list, lines: list) -> None:
+        """Adds the column to a driver's peers (timed in turns), or its note to the header's
+        lines (a launch of its own, or why there is no column)."""
+        if self.peer is not None:
+            peers.append(self.peer)
+        if self.note:
+            lines.append(self.note)
+
 
 def side(world, skip: bool, plan_of, make_peer, timeout_s: float) -> Side:
     """Open MPI's column, in turns where the ranks are MPI ranks (make_peer(world, comm) ->

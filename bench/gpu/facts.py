@@ -4,11 +4,11 @@ tools and Python packages the steps use, and what each missing one costs) with n
 torch nor the GPU; the GPU's fields from nvidia-smi; torch's view (CUDA, the devices,
 NCCL); and after the build, pycomm's CUDA status. Only reads; changes no setting.
 
-    python3 bench/gpu_facts.py host --json machine.json     # needs neither torch nor the GPU
-    python3 bench/gpu_facts.py smi --json machine.json      # adds nvidia-smi's fields
-    python3 bench/gpu_facts.py torch --json torch.json      # imports torch, starts CUDA
-    python3 bench/gpu_facts.py machine --json machine.json  # all three, by hand
-    python3 bench/gpu_facts.py pycomm --json pycomm.json    # exit 1 unless pycomm imports with CUDA
+    python3 -m bench.gpu.facts host --json machine.json     # needs neither torch nor the GPU
+    python3 -m bench.gpu.facts smi --json machine.json      # adds nvidia-smi's fields
+    python3 -m bench.gpu.facts torch --json torch.json      # imports torch, starts CUDA
+    python3 -m bench.gpu.facts machine --json machine.json  # all three, by hand
+    python3 -m bench.gpu.facts pycomm --json pycomm.json    # exit 1 unless pycomm imports with CUDA
 
 --json files are rewritten after each fact that may be slow to come (a cold import of
 torch, NCCL's loading, the first CUDA call of a fresh machine), so that a run cut short
@@ -63,7 +63,7 @@ def _run(cmd, timeout=15):
 
 class Facts(dict):
     """A dict that rewrites its JSON file whenever it changes. The rewrite is atomic, so a
-    reader (gpu_summary.py, after every step) never sees half a file; the file's facts
+    reader (summary.py, after every step) never sees half a file; the file's facts
     from an earlier command are kept."""
 
     def __init__(self, path):
@@ -215,5 +215,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     sys.exit(main())

@@ -2,7 +2,7 @@
 why, and the key numbers. gpu_check.sh calls it after every step, so that $OUT holds the
 table and the numbers of every step finished so far, whenever the run ends.
 
-    python3 bench/gpu_summary.py OUT_DIR [--raw RAW_DIR]
+    python3 -m bench.gpu.summary OUT_DIR [--raw RAW_DIR]   # from the checkout's root
 
 With --raw, the steps' own outputs in RAW_DIR (NAME.json from the drivers, NAME.log:
 the part of the combined log that step NAME wrote) are gathered into OUT_DIR/results.json
@@ -19,15 +19,15 @@ import os
 import re
 import sys
 
-from harness.sizes import human  # standard library only: no torch
+from ..harness.sizes import human  # standard library only: no torch
 
 
 def _load_results_schema():
     """pycomm.tools.results_schema, loaded from its file: importing it as pycomm.tools would
     import pycomm and torch, seconds that the table, rebuilt after every step within a few
     seconds, cannot spare. The module is standard library only."""
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pycomm",
-                        "tools", "results_schema.py")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    path = os.path.join(root, "pycomm", "tools", "results_schema.py")
     spec = importlib.util.spec_from_file_location("results_schema", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
