@@ -312,7 +312,7 @@ def test_rows_filter_by_collective(tmp_path):
 
 
 def test_gpu_summary_reads_what_the_benches_write():
-    import gpu_summary  # bench/ is on sys.path
+    from bench.gpu import summary as gpu_summary
 
     rows = [dict(name="pycomm auto", bytes=8, count=2, world=2, us=10.0, wrong=0),
             dict(name="nccl", bytes=8, count=2, world=2, why="refused")]
