@@ -24,7 +24,7 @@ import textwrap
 from typing import List, Optional, Sequence
 
 # The tables, one function a kind of file (beside this script, so on sys.path when it runs).
-from results_tables import (ROOT, anchor, file_tables, made_by, missing, provenance, schema,
+from results_tables import (ROOT, anchor, file_tables, missing, provenance, schema,
                             verdicts)
 
 RESULTS_DIR = os.path.join(ROOT, "bench", "results")
@@ -107,19 +107,18 @@ def headline(results_dir: str, page_link: str = "docs/results.md") -> List[str]:
                   for r in rows if r]
         if len(judged) == 2 and all(j["pycomm"] and j["of_ceil"] for j in judged):
             small, large = judged
-            text = (f"- **All-reduce, 2 CPU ranks, float32**, median (range over the rounds): "
+            text = (f"- **All-reduce, 2 CPU ranks, float32** (median, range over the rounds): "
                     f"at 64 KiB pycomm takes {verdicts.show(small['pycomm'], 1, ' µs')}")
             if small["best"] and large["best"]:
                 text += (f", {verdicts.show(small['best'][1], 2, 'x')} the time of "
                          f"{small['best'][0]}, the fastest peer measured, and at 16 MiB "
                          f"{verdicts.show(large['best'][1], 2, 'x')} {large['best'][0]}'s")
-            text += (f"; the memory-copy ceiling measured beside it takes "
+            text += (f"; the memory-copy ceiling beside it takes "
                      f"{verdicts.show(small['of_ceil'])} of pycomm's time at 64 KiB and "
                      f"{verdicts.show(large['of_ceil'])} at 16 MiB")
             if small["gloo"]:
-                text += (f". gloo's time swings between rounds and runs: at 64 KiB it took "
-                         f"{verdicts.show(small['gloo'], 1, 'x')} pycomm's")
-            lines.append(f"{text} ([table]({link})). Made by {made_by(path, doc['meta'])}.")
+                text += f"; gloo {verdicts.show(small['gloo'], 1, 'x')} at 64 KiB"
+            lines.append(f"{text} ([table]({link})).")
     path = os.path.join(results_dir, "ddp_resnet50_2ranks.json")
     if os.path.exists(path):
         doc = schema.load(path)
@@ -135,39 +134,25 @@ def headline(results_dir: str, page_link: str = "docs/results.md") -> List[str]:
                     else verdicts.show((r[key], lo, hi), 2, "x"))
 
         if len(got) == 3:
-            waits = [by_mode[m].get("over_sync_only") for m in ("backend", "ring")]
-            against_sync = ("" if any(missing(w) for w in waits) else
-                            f"; against the step that only waits for the slowest rank "
-                            f"(one element per bucket), {over('backend', 'over_sync_only')} and "
-                            f"{over('ring', 'over_sync_only')}")
             lines.append(
-                f"- **ResNet-50 under DDP, 2 CPU ranks**, median (range over the rounds): "
-                f"against the same step with no communication at all, a step takes "
-                f"{over('backend', 'over_no_comm')} on the pycomm backend, "
-                f"{over('ring', 'over_no_comm')} with `pycomm.ring_hook`, and "
-                f"{over('stock', 'over_no_comm')} on gloo{against_sync} "
-                f"([table]({page_link}#{anchor('ddp_resnet50_2ranks')})). Made by "
-                f"{made_by(path, doc['meta'])}.")
+                f"- **ResNet-50 under DDP, 2 CPU ranks**: a step takes "
+                f"{over('backend', 'over_no_comm')} the step with no communication on the pycomm "
+                f"backend, {over('ring', 'over_no_comm')} with `pycomm.ring_hook`, "
+                f"{over('stock', 'over_no_comm')} on gloo "
+                f"([table]({page_link}#{anchor('ddp_resnet50_2ranks')})).")
     path = os.path.join(results_dir, "tp_inference_2ranks.json")
     if os.path.exists(path):
         doc = schema.load(path)
         modes = {r["mode"]: r for r in doc["rows"] if r.get("kind") == "mode"}
         if all(m in modes for m in ("pycomm", "gloo", "ceiling")):
             p, g, c = modes["pycomm"], modes["gloo"], modes["ceiling"]
-            same = "the same tokens as gloo" if p.get("same_tokens_as_gloo") else "OTHER tokens than gloo"
-            y = modes.get("symm")
-            symm = ("" if y is None else
-                    f"; with the activations the all-reduces take in symmetric memory, decode takes "
-                    f"{y['decode_ms'] / c['decode_ms']:.2f}x and prefill {y['prefill_ms'] / c['prefill_ms']:.2f}x"
-                    + ("" if y.get("same_tokens_as_gloo") else " (OTHER tokens than gloo)"))
+            same = "the same tokens" if p.get("same_tokens_as_gloo") else "OTHER tokens"
             lines.append(
-                f"- **Tensor-parallel inference, transformers TP=2 on 2 CPU ranks** (a Llama-shaped "
-                f"model), median over the rounds: decode takes {p['decode_ms'] / c['decode_ms']:.2f}x "
-                f"and prefill {p['prefill_ms'] / c['prefill_ms']:.2f}x the time of the same TP run "
-                f"whose collectives cost nothing; decode runs {p['tokens_per_s'] / g['tokens_per_s']:.1f}x "
-                f"gloo's tokens per second, with {same}{symm} "
-                f"([table]({page_link}#{anchor('tp_inference_2ranks')})). Made by "
-                f"{made_by(path, doc['meta'])}.")
+                f"- **Transformers TP=2 inference, 2 CPU ranks**: decode "
+                f"{p['decode_ms'] / c['decode_ms']:.2f}x and prefill "
+                f"{p['prefill_ms'] / c['prefill_ms']:.2f}x the run whose collectives cost nothing, "
+                f"{p['tokens_per_s'] / g['tokens_per_s']:.1f}x gloo's tokens per second, {same} "
+                f"([table]({page_link}#{anchor('tp_inference_2ranks')})).")
     # Wrapped as the rest of README is (a break inside `code` reads as a space), never
     # between a number and its unit.
     def glue(line):
