@@ -16,13 +16,28 @@ def pytest_configure(config):
         config.addinivalue_line("markers", f"{name}: layer: {what}")
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_pycollect_makeitem(collector, name, obj):
+    """A test whose layer is not written once is an error of its file's collection."""
+    made = yield
+    for item in made if isinstance(made, list) else [made]:
+        if isinstance(item, pytest.Function):
+            try:
+                layers.written_layer(item)
+            except layers.LayerError as e:
+                raise collector.CollectError(str(e)) from None
+    return made
+
+
+_layer_of = {}  # node id -> layer, of the tests collected
+_slow_fast_tests = []
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Every test gets its layer's marker before -m selects (tests/layers.py). Soak tests run
-    only when -m names them, whatever else -m selects (`-m ranks` must not start a soak)."""
-    for item in items:
-        if not any(m.name in layers.LAYERS for m in item.iter_markers()):
-            item.add_marker(layers.layer_of(item))
+    """Each test keeps its one layer's marker before -m selects (tests/layers.py). Soak tests
+    run only when -m names them, whatever else -m selects (`-m ranks` must not start a soak)."""
+    _layer_of.update(layers.settle_layers(items))
     if "soak" not in (config.getoption("markexpr") or ""):
         soak = [item for item in items if item.get_closest_marker("soak")]
         if soak:
@@ -30,18 +45,23 @@ def pytest_collection_modifyitems(config, items):
             items[:] = [item for item in items if not item.get_closest_marker("soak")]
 
 
-_slow_fast_tests = []
+@pytest.fixture(autouse=True)
+def fast_tests_start_no_ranks(request, monkeypatch):
+    """The written layer is true: a `fast` test that starts rank processes fails."""
+    if request.node.get_closest_marker("fast"):
+        layers.refuse_rank_processes(monkeypatch, request.node.nodeid)
 
 
 def pytest_runtest_logreport(report):
-    if report.when == "call" and report.duration > FAST_TEST_S and "fast" in report.keywords:
+    if report.when == "call" and report.duration > FAST_TEST_S \
+            and _layer_of.get(report.nodeid) == "fast":
         _slow_fast_tests.append((report.nodeid, report.duration))
 
 
 def pytest_terminal_summary(terminalreporter):
     if _slow_fast_tests:
         terminalreporter.write_line(
-            f"fast-layer tests over {FAST_TEST_S:.0f} s (move them to another layer in "
+            f"fast-layer tests over {FAST_TEST_S:.0f} s (mark them with another layer, "
             "tests/layers.py): " + ", ".join(f"{n} ({s:.0f} s)" for n, s in _slow_fast_tests))
 
 

@@ -1,4 +1,4 @@
-"""The layers of the test suite: which layer each test belongs to, decided from what it does.
+"""The layers of the test suite, and the rules that keep each test's written layer true.
 
 A developer runs one layer with `python3 -m pytest -m LAYER`; `python3 -m pytest` runs them all.
 
@@ -9,19 +9,21 @@ A developer runs one layer with `python3 -m pytest -m LAYER`; `python3 -m pytest
     examples     examples/ (and scripts/aarch64_smoke.py) under torchrun, as README launches them
     torch_suite  PyTorch's own distributed suite on gloo and on pycomm (tests/torch_suite/)
 
-A test is classified where it is collected (tests/conftest.py), so a new test needs no marker:
-a file of one kind is named in FILE_LAYERS; otherwise a test that reaches a process starter
-through its own code, the test-suite helpers it calls or its fixtures is `ranks`, and any
-other test is `fast`. A test may still name its layer with one of the markers; that wins.
+Each test file names its layer in one line, `pytestmark = pytest.mark.LAYER`; a test of
+another layer in the file carries its own marker, which wins over its class's and its file's
+(the nearest written layer is the test's). A test with no layer, or two written side by side,
+is a collection error naming it (tests/conftest.py). A `fast` test that starts rank processes
+fails, saying to mark it `ranks` (`refuse_rank_processes`): the one check that a written layer
+is true that costs nothing.
 """
 from __future__ import annotations
 
-import fnmatch
-import inspect
+import multiprocessing.process
 import os
-import types
+import re
+import subprocess
 
-import torchrun_ranks
+import pytest
 
 LAYERS = {
     "fast": "pure Python and one-process tests (python3 -m pytest -m fast)",
@@ -31,88 +33,63 @@ LAYERS = {
     "torch_suite": "PyTorch's own distributed suite on gloo and on pycomm",
 }
 
-# Files whose every test is of one kind, whatever its code shows: the drivers and examples
-# start their ranks in a subprocess, where no code walk can see them.
-FILE_LAYERS = {
-    "test_torch_suite.py": "torch_suite",
-    "test_examples.py": "examples",
-    "test_train_3d.py": "examples",
-    "test_bench_*.py": "bench",
-    "test_gpu_check.py": "bench",
-}
 
-TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
-
-# What starts rank processes: these functions, and these attributes of these modules.
-STARTERS = (torchrun_ranks.torchrun,)
-STARTER_MODULES = ("multiprocessing", "torch.multiprocessing")
-STARTER_ATTRIBUTES = frozenset({"Process", "Pool", "get_context", "spawn", "start_processes"})
+class LayerError(Exception):
+    """A test whose layer is not written once."""
 
 
-def _ours(obj) -> bool:
-    """Defined in a file of tests/ (its helpers and fixtures), not in pycomm or a library."""
-    try:
-        path = inspect.getsourcefile(obj)
-    except TypeError:
-        return False
-    return path is not None and os.path.abspath(path).startswith(TESTS_DIR + os.sep)
+def written_layer(item) -> str:
+    """The layer written nearest to `item` (the test, then its class, then its file)."""
+    for node in reversed(item.listchain()):
+        names = sorted({m.name for m in node.own_markers if m.name in LAYERS})
+        if len(names) > 1:
+            raise LayerError(f"{item.nodeid}: two layers written on {node.nodeid or 'it'}: "
+                             f"{', '.join(names)}; give it one of {', '.join(LAYERS)}")
+        if names:
+            return names[0]
+    raise LayerError(f"{item.nodeid}: no layer; write `pytestmark = pytest.mark.LAYER` in its "
+                     f"file (or mark the test), LAYER one of {', '.join(LAYERS)} (tests/layers.py)")
 
 
-def _codes(code: types.CodeType):
-    """A code object and those nested in it (inner functions, lambdas, comprehensions)."""
-    yield code
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            yield from _codes(const)
+def settle_layers(items) -> dict:
+    """Leave on each test exactly its own layer's marker, so that `-m` sees that one: a test
+    marked `fast` in a `ranks` file must not be selected by `-m ranks`. The layer written on
+    a file or class is taken off it and put on each of its tests that writes none.
+    Returns each test's layer by its node id."""
+    layers = {id(item): written_layer(item) for item in items}
+    for item in items:
+        for node in item.listchain()[:-1]:
+            node.own_markers[:] = [m for m in node.own_markers if m.name not in LAYERS]
+        if item.get_closest_marker(layers[id(item)]) is None:
+            item.add_marker(layers[id(item)])
+    return {item.nodeid: layers[id(item)] for item in items}
 
 
-def starts_processes(fn, _seen=None) -> bool:
-    """Whether `fn` (a function or class of tests/) reaches a process starter through its
-    own code and the functions and classes of tests/ it names, however deep."""
-    seen = set() if _seen is None else _seen
-    if isinstance(fn, type):
-        return any(starts_processes(m, seen) for m in vars(fn).values()
-                   if isinstance(m, (types.FunctionType, staticmethod, classmethod)))
-    fn = getattr(fn, "__func__", fn)
-    if not isinstance(fn, types.FunctionType) or fn.__code__ in seen:
-        return False
-    seen.add(fn.__code__)
-    names = {n for code in _codes(fn.__code__) for n in code.co_names}
-    scopes = [fn.__globals__]
-    # `import test_backend_collectives as grids; grids.case`: names looked up in a module
-    # of tests/ are searched there too.
-    scopes += [vars(m) for m in (fn.__globals__.get(n) for n in names)
-               if isinstance(m, types.ModuleType) and _ours(m)]
-    for name in names:
-        for scope in scopes:
-            obj = scope.get(name)
-            if obj is None:
-                continue
-            if any(obj is s for s in STARTERS):
-                return True
-            if isinstance(obj, types.ModuleType) and obj.__name__ in STARTER_MODULES \
-                    and names & STARTER_ATTRIBUTES:
-                return True  # mp.get_context("spawn"), torch.multiprocessing.spawn(...)
-            if getattr(obj, "__name__", None) in STARTER_ATTRIBUTES \
-                    and str(getattr(obj, "__module__", "")).startswith(STARTER_MODULES):
-                return True  # from multiprocessing import get_context
-            if isinstance(obj, (types.FunctionType, type)) and _ours(obj) \
-                    and starts_processes(obj, seen):
-                return True
-    return False
+def _starts_torchrun(args) -> bool:
+    """A command (a list or a shell line) that runs torchrun or `-m torch.distributed.run`."""
+    words = [args] if isinstance(args, (str, bytes, os.PathLike)) else list(args)
+    text = " ".join(os.fsdecode(w) if isinstance(w, (bytes, os.PathLike)) else str(w)
+                    for w in words)
+    return re.search(r"(^|[\s/])torchrun(\s|$)|torch\.distributed\.run", text) is not None
 
 
-def layer_of(item) -> str:
-    """The layer of a collected pytest item."""
-    named = [m.name for m in item.iter_markers() if m.name in LAYERS]
-    if named:
-        return named[0]
-    base = os.path.basename(str(item.path))
-    for pattern, layer in FILE_LAYERS.items():
-        if fnmatch.fnmatch(base, pattern):
-            return layer
-    fixtures = [defs[-1].func for defs in item._fixtureinfo.name2fixturedefs.values() if defs]
-    walked = [getattr(item, "function", None), *(f for f in fixtures if _ours(f))]
-    if any(starts_processes(f) for f in walked if f is not None):
-        return "ranks"
-    return "fast"
+def refuse_rank_processes(monkeypatch, nodeid: str) -> None:
+    """For a `fast` test: starting a process of multiprocessing (ProcessWorld, the worlds
+    fixtures, torch.multiprocessing) or torchrun fails the test, naming its right layer.
+    Failed is a BaseException, so no `except Exception` in the code under test hides it."""
+    def refuse(what):
+        pytest.fail(f"{nodeid} is marked fast but starts rank processes ({what}): "
+                    "mark it ranks (tests/layers.py)", pytrace=False)
+
+    def start(self):
+        refuse(f"multiprocessing {type(self).__name__}.start")
+
+    popen_init = subprocess.Popen.__init__
+
+    def popen(self, args, *a, **kw):
+        if _starts_torchrun(args):
+            refuse("torchrun")
+        popen_init(self, args, *a, **kw)
+
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", start)
+    monkeypatch.setattr(subprocess.Popen, "__init__", popen)

@@ -11,6 +11,8 @@ import torch.distributed as dist
 import pycomm  # noqa: F401 - registers the op
 from process_world import reference_group
 
+pytestmark = pytest.mark.ranks
+
 WORLD = 2
 
 

@@ -30,6 +30,8 @@ from pycomm.torch_compat import all_gather_single, reduce_scatter_single
 from process_world import reference_group, validating_on_gloo
 from dtypes_under_test import DTYPES
 
+pytestmark = pytest.mark.ranks
+
 WORLD_SIZES = [1, 2, 3, 4]
 OPS = ["sum", "avg", "min", "max", "product", "premul_sum"]
 COUNTS = [0, 1, 7, 1023, 65537]

@@ -24,8 +24,9 @@ from pycomm.torch_compat import all_gather_single
 from conftest import segments_of
 from process_world import TEST_BACKEND, ProcessWorld, validating_on_gloo
 
-pytestmark = pytest.mark.skipif(validating_on_gloo(),
-                                reason="gloo detects no mismatch and has no peer watch")
+pytestmark = [pytest.mark.ranks,
+              pytest.mark.skipif(validating_on_gloo(),
+                                 reason="gloo detects no mismatch and has no peer watch")]
 
 WORLD = 3
 SLACK = 3.0  # seconds: a loaded 2-core host wakes a waiting rank late

@@ -24,6 +24,8 @@ from dtypes_under_test import DTYPES
 from process_world import TEST_BACKEND, ProcessWorld, validating_on_gloo
 from test_backend_collectives import Checks, check, data_input
 
+pytestmark = pytest.mark.ranks
+
 WORLD_SIZES = [2, 3, 4]
 # Bytes move as they are: every dtype goes, not only those pycomm reduces.
 P2P_DTYPES = dict(DTYPES, bool=torch.bool, complex64=torch.complex64)

@@ -21,6 +21,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from process_world import TEST_BACKEND, reference_group
 from torchrun_ranks import torchrun
 
+pytestmark = pytest.mark.ranks
+
 WORLD = 3
 STEPS = 2
 TOL = dict(rtol=1e-5, atol=1e-5)

@@ -17,6 +17,8 @@ REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "bench" / "pipeline_perf.py"
 from bench_script import run_script  # noqa: E402  (puts bench/ on sys.path)
 
+pytestmark = pytest.mark.bench
+
 RANKS, HIDDEN, MICROBATCHES, ROWS, ROUNDS, STEPS = 3, [8, 24], 3, 2, 2, 2
 PEERS = (schema.PYCOMM_BACKEND, schema.GLOO, "no_comm", "one_process")
 HAS_BACKEND = "pycomm" in dist.Backend.backend_list

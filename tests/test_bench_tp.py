@@ -8,6 +8,8 @@ import pytest
 from bench_script import run_script
 from pycomm.tools import results_schema as schema
 
+pytestmark = pytest.mark.bench
+
 
 def test_tp_inference_runs_every_mode(tmp_path):
     pytest.importorskip("transformers", reason="the bench extra (pip install '.[bench]')")

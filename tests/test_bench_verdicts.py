@@ -11,6 +11,8 @@ from harness.peers import torch_floor  # noqa: E402
 from harness.peers.peer import Peer  # noqa: E402
 from harness.sweep import MPI_IN_TURNS, add_measurements  # noqa: E402
 
+pytestmark = pytest.mark.bench
+
 
 def row(size=64 << 10, pyc=(10.0, 12.0, 11.0), floor=(3.0, 4.0, 3.0), mpi=(8.0, 10.0, 9.0),
         in_turns=True):

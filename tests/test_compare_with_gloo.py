@@ -15,6 +15,8 @@ import torch
 from dtypes_under_test import ALL_DTYPES, COMPLEX, OPAQUE, QUANTIZED
 from process_world import validating_on_gloo
 
+pytestmark = pytest.mark.ranks
+
 SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts")
 
 # One of each kind: float and half, the integers gloo has and has not, bool,
@@ -39,6 +41,7 @@ def comparison_case(dtypes):
         for cls in cw.CLASSES}
 
 
+@pytest.mark.fast
 def test_the_dtype_axis_is_every_torch_dtype():
     found = {v for v in vars(torch).values() if isinstance(v, torch.dtype)}
     assert set(ALL_DTYPES.values()) == found

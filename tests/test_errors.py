@@ -8,6 +8,8 @@ import torch.distributed as dist
 
 import pycomm
 
+pytestmark = pytest.mark.ranks
+
 
 def expect_error(fn, exc_type, pattern):
     try:

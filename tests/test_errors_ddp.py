@@ -22,6 +22,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import pycomm
 from process_world import ProcessWorld
 
+pytestmark = pytest.mark.ranks
+
 TIMEOUT_S = 2.0
 SLACK_S = 3.0  # a loaded 2-core host wakes a waiting rank late
 
@@ -96,6 +98,7 @@ def test_ddp_errors_are_recognisable(worlds, path):
         assert r["elapsed"] < TIMEOUT_S + 10
 
 
+@pytest.mark.fast
 def test_matches_reads_types_and_text():
     timeout = pycomm.CommTimeout("rank 1: all_reduce #3: Timed out after 2 s")
     assert pycomm.CommError.matches(timeout) and pycomm.CommTimeout.matches(timeout)

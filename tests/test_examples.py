@@ -8,6 +8,8 @@ import pytest
 
 from torchrun_ranks import torchrun as run_ranks
 
+pytestmark = pytest.mark.examples
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RANKS = 4
 

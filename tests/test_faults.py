@@ -15,6 +15,8 @@ import torch.distributed as dist
 import pycomm
 from process_world import ProcessWorld, environ
 
+pytestmark = pytest.mark.ranks
+
 WORLD = 3
 VICTIM = 1
 

@@ -16,6 +16,8 @@ from harness.table import Column, Table, cell  # noqa: E402
 
 from pycomm.tools import results_schema as schema  # noqa: E402
 
+pytestmark = pytest.mark.fast
+
 SCALAR = types.SimpleNamespace(maximum=max, minimum=min)  # xp for plain Python ints
 
 

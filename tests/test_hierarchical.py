@@ -23,6 +23,8 @@ import test_backend_collectives as grids
 from conftest import segments_of
 from process_world import ProcessWorld
 
+pytestmark = pytest.mark.ranks
+
 LAYOUTS = {"2x2": ["host-a", "host-a", "host-b", "host-b"], "2+1": ["host-a", "host-b", "host-a"]}
 TIMEOUT = 30.0
 
@@ -52,6 +54,7 @@ def layout_worlds():
 # ---------------------------------------------------------------------------
 # The layout, without processes.
 
+@pytest.mark.fast
 def test_layout_orders_hosts_by_lowest_rank():
     from pycomm.topology import HostLayout
 
@@ -62,6 +65,7 @@ def test_layout_orders_hosts_by_lowest_rank():
     assert HostLayout.from_identities(["x"] * 3).all_reduce_algorithm(1 << 20).startswith("shared")
 
 
+@pytest.mark.fast
 def test_all_reduce_algorithm_by_size_and_layout():
     from pycomm.topology import HostLayout
 

@@ -30,6 +30,8 @@ from process_world import RankFailed, reference_group
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 from harness import pipeline_model as pm  # noqa: E402
 
+pytestmark = pytest.mark.ranks
+
 WORLD = 4          # one stage a rank
 HIDDEN = 16
 MICROBATCHES = 8   # 1F1B needs at least one a stage

@@ -7,6 +7,8 @@ import pytest
 
 from process_world import RankFailed
 
+pytestmark = pytest.mark.ranks
+
 
 def _fail():
     raise RuntimeError("this rank fails on purpose")

@@ -14,6 +14,8 @@ from pycomm.tools.scaling import (MIB, Cluster, Interconnect, Sync, Workload,
                                   fit_alpha_beta, predict, ring_allreduce_time, split_buckets,
                                   steps_per_epoch)
 
+pytestmark = pytest.mark.fast
+
 NVLINK = scaling.get_interconnect("nvlink")
 IB = scaling.get_interconnect("ib")
 FREE = Interconnect("free", 0.0, math.inf)

@@ -15,6 +15,8 @@ import pycomm
 from pycomm import _C, routing
 from process_world import reference_group
 
+pytestmark = pytest.mark.ranks
+
 
 def _route(collective, nbytes, single_copy=True, local_size=2, min_bytes=32 << 10, rooted_max=1 << 20, **kw):
     return routing.route(collective, local_size=local_size, count=nbytes // 4, single_copy=single_copy,
@@ -22,6 +24,7 @@ def _route(collective, nbytes, single_copy=True, local_size=2, min_bytes=32 << 1
                          direct_max_bytes=64 << 10, **kw).algorithm
 
 
+@pytest.mark.fast
 def test_the_table_takes_the_single_copy_where_it_was_measured_to_win():
     for c in ("all_gather", "reduce_scatter", "broadcast", "gather", "scatter"):
         assert _route(c, 1 << 20) == "single_copy"
@@ -58,6 +61,7 @@ def defaults(monkeypatch):
     return monkeypatch
 
 
+@pytest.mark.fast
 def test_the_thresholds_are_read_from_their_variables(defaults):
     monkeypatch = defaults
 
@@ -75,6 +79,7 @@ def test_the_thresholds_are_read_from_their_variables(defaults):
         config.communicator_config(2, 1.0)
 
 
+@pytest.mark.fast
 def test_doctor_says_whether_and_why(defaults):
     from pycomm.tools import doctor
 

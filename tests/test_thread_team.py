@@ -12,6 +12,8 @@ import torch.distributed as dist
 from dtypes_under_test import DTYPES, MORE_INTEGERS
 from process_world import ProcessWorld, thread_names
 
+pytestmark = pytest.mark.fast
+
 FLOAT_OPS = ["sum", "avg", "min", "max", "product", "premul_sum"]
 INT_OPS = ["sum", "min", "max", "product", "band", "bor", "bxor"]
 # Above the one-shot's 256 KiB slot and the ring's 256 KiB link in float64: several
@@ -115,6 +117,7 @@ def _teams_match_one_thread(team):
     return cases, differ, helpers, _team_threads()
 
 
+@pytest.mark.ranks
 @pytest.mark.parametrize("world_size,team", [(1, 2), (2, 4)])
 def test_a_team_gives_the_bytes_of_one_thread(world_size, team):
     w = ProcessWorld(world_size)

@@ -19,6 +19,8 @@ import torch  # noqa: E402
 from differences import differences_for  # noqa: E402
 from runner import compare, run_suite  # noqa: E402
 
+pytestmark = pytest.mark.torch_suite
+
 pytest.importorskip("expecttest")  # the suite imports it (scripts/setup.sh installs it)
 
 

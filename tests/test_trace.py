@@ -9,6 +9,8 @@ import torch.distributed as dist
 
 from process_world import thread_names, validating_on_gloo
 
+pytestmark = pytest.mark.ranks
+
 
 def _direct_api_jobs():
     import pycomm
@@ -67,6 +69,7 @@ def test_backend_jobs_carry_their_collective_names(backend_worlds):
         assert all(j[3] and j[4] for j in jobs)
 
 
+@pytest.mark.fast
 def test_step_parts_from_marks_and_jobs():
     import sys
 
@@ -89,6 +92,7 @@ def test_step_parts_from_marks_and_jobs():
     assert p["buckets"] == 0 and p["finalize"] is None and p["queue"] is None
 
 
+@pytest.mark.fast
 def test_thread_cpu_counts_this_thread_as_main():
     import sys
 

@@ -10,6 +10,8 @@ import pytest
 
 from torchrun_ranks import torchrun
 
+pytestmark = pytest.mark.examples
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 4
 
