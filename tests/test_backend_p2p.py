@@ -22,7 +22,7 @@ import torch.distributed as dist
 from conftest import segments_of
 from dtypes_under_test import DTYPES
 from process_world import TEST_BACKEND, ProcessWorld, validating_on_gloo
-from test_backend_collectives import Checks, check, data_input
+from collective_checks import Checks, check, data_input
 
 pytestmark = pytest.mark.ranks
 

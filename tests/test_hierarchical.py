@@ -5,7 +5,7 @@ pose as several hosts through PYCOMM_HOST_ID.
 Layouts: 4 ranks as 2 hosts x 2 ranks (torchrun's order), and 3 ranks as 2 + 1
 with the hosts interleaved (host a: ranks 0 and 2, host b: rank 1), where the
 algorithms that need equal hosts fall back. Every collective runs the backend
-tests' own grids (tests/test_backend_collectives.py: the same self-computed
+tests' own grids (tests/test_backend_*.py: the same self-computed
 references, results compared bitwise across ranks), once per layout in one
 process world each. Then DDP (no hook, and pycomm.ring_hook through the direct
 API) against plain DDP on gloo, and a rank killed on one "host".
@@ -19,8 +19,14 @@ import pytest
 import torch
 import torch.distributed as dist
 
-import test_backend_collectives as grids
+from collective_checks import BIG, COUNTS, Checks, check, reduce_reference, reduction_input
 from conftest import segments_of
+from test_backend_async import async_case, coalesced_case
+from test_backend_groups import forwarded_case
+from test_backend_moves import (all_gather_grid, all_to_all_grid, barrier_case, broadcast_grid,
+                                moves_every_dtype_case)
+from test_backend_reductions import all_reduce_grid, big_case, more_dtypes_grid, reduce_grid, \
+    reduce_scatter_grid
 from process_world import ProcessWorld
 
 pytestmark = pytest.mark.ranks
@@ -94,23 +100,21 @@ def test_every_collective_matches_references(layout_worlds, layout):
     world = layout_worlds(layout)
     n = len(LAYOUTS[layout])
     started = time.monotonic()
-    grids.check(world.run(grids.all_reduce_grid, grids.COUNTS + [(1 << 20) + 3]),
-                f"all_reduce {layout}")
-    grids.check(world.run(grids.reduce_grid, [0, 7, 1023, 65537]), f"reduce {layout}")
-    grids.check(world.run(grids.reduce_scatter_grid, [0, 1, 7, 1023, 65537]),
-                f"reduce_scatter {layout}")
-    grids.check(world.run(grids.broadcast_grid, grids.COUNTS), f"broadcast {layout}")
-    grids.check(world.run(grids.all_gather_grid, grids.COUNTS), f"all_gather {layout}")
-    grids.check(world.run(grids.all_to_all_grid), f"all_to_all {layout}")
-    grids.check(world.run(grids.coalesced_case), f"coalesced {layout}")
-    grids.check(world.run(grids.async_case, 3), f"async {layout}")
-    grids.check(world.run(grids.big_case, grids.BIG), f"16M {layout}")
-    grids.check(world.run(grids.forwarded_case), f"forwarded {layout}")
+    check(world.run(all_reduce_grid, COUNTS + [(1 << 20) + 3]), f"all_reduce {layout}")
+    check(world.run(reduce_grid, [0, 7, 1023, 65537]), f"reduce {layout}")
+    check(world.run(reduce_scatter_grid, [0, 1, 7, 1023, 65537]), f"reduce_scatter {layout}")
+    check(world.run(broadcast_grid, COUNTS), f"broadcast {layout}")
+    check(world.run(all_gather_grid, COUNTS), f"all_gather {layout}")
+    check(world.run(all_to_all_grid), f"all_to_all {layout}")
+    check(world.run(coalesced_case), f"coalesced {layout}")
+    check(world.run(async_case, 3), f"async {layout}")
+    check(world.run(big_case, BIG), f"16M {layout}")
+    check(world.run(forwarded_case), f"forwarded {layout}")
     # The dtypes gloo does not reduce or move cross as ones it does (int16 and the unsigned
     # types widened, uint64's bits, bytes).
-    grids.check(world.run(grids.more_dtypes_grid, [0, 1, 7, 1023, 65537]), f"more dtypes {layout}")
-    grids.check(world.run(grids.moves_every_dtype_case, [0, 6, 1023 * 6]), f"moves {layout}")
-    results = world.run(grids.barrier_case)
+    check(world.run(more_dtypes_grid, [0, 1, 7, 1023, 65537]), f"more dtypes {layout}")
+    check(world.run(moves_every_dtype_case, [0, 6, 1023 * 6]), f"moves {layout}")
+    results = world.run(barrier_case)
     for i in range(5):
         late = results[0][0][i][0]
         entered = results[late][0][i][1]
@@ -128,15 +132,14 @@ def direct_api_case():
     import pycomm
 
     rank, world = dist.get_rank(), dist.get_world_size()
-    c = grids.Checks()
+    c = Checks()
     for count in (0, 5, 1023, 300_001):
         for op in ("sum", "avg", "max", "min", "product"):
             key = ("direct", op, count)
-            inputs = [grids.reduction_input(key, r, count, torch.float32, op, world)
-                      for r in range(world)]
+            inputs = [reduction_input(key, r, count, torch.float32, op, world) for r in range(world)]
             y = inputs[rank].clone()
             pycomm.all_reduce(y, op=op)
-            want = grids.reduce_reference(inputs, op, None, torch.float32, world)
+            want = reduce_reference(inputs, op, None, torch.float32, world)
             c.equal(f"pycomm.all_reduce {op} n={count}", y, want)
             c.digest(f"pycomm.all_reduce {op} n={count}", y)
             z = inputs[rank].clone()
@@ -149,7 +152,7 @@ def direct_api_case():
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_direct_api_across_hosts(layout_worlds, layout):
-    grids.check(layout_worlds(layout).run(direct_api_case), f"pycomm.all_reduce {layout}")
+    check(layout_worlds(layout).run(direct_api_case), f"pycomm.all_reduce {layout}")
 
 
 # ---------------------------------------------------------------------------
