@@ -4,7 +4,7 @@ import os
 import pytest
 
 import layers
-from process_world import ProcessWorld
+from process_world import TEST_BACKEND, ProcessWorld, WorldPool
 
 # A fast-layer test slower than this is named at the end of the run: it belongs in another
 # layer (tests/layers.py), or the fast layer stops being the one a developer runs each time.
@@ -88,38 +88,13 @@ def no_segments_left_behind():
     assert not listening, f"segment servers left behind: {listening}"
 
 
-def _world_pool(**kwargs):
-    """get(n): a ProcessWorld of n ranks (ProcessWorld(n, **kwargs)), started
-    once per session. A world in which a test failed is replaced, as a dead one
-    is: one failure (an aborted communicator, a rank left out of step) must not
-    fail every later test of that size for the same cause."""
-    started = {}
-
-    def get(n):
-        w = started.get(n)
-        if w is None or not w.alive() or w.failed:
-            if w is not None:
-                w.kill()
-            w = started[n] = ProcessWorld(n, **kwargs)
-        return w
-
-    return get, started
-
-
-def _close_pool(started):
-    for w in started.values():
-        if w.failed:
-            w.kill()
-        else:
-            w.close()
-
-
 @pytest.fixture(scope="session")
 def worlds():
-    """worlds(n): a gloo world of n ranks, each with a pycomm communicator."""
-    get, started = _world_pool()
-    yield get
-    _close_pool(started)
+    """worlds(n): a gloo world of n ranks, each with a pycomm communicator, started once
+    per session (process_world.WorldPool)."""
+    pool = WorldPool(ProcessWorld)
+    yield pool
+    pool.close()
 
 
 def segments_of(pids):
@@ -133,8 +108,6 @@ def backend_worlds():
     """backend_worlds(n): a world of n ranks whose default group is the backend
     under test (process_world.TEST_BACKEND, "cpu:pycomm" unless
     PYCOMM_TEST_BACKEND says otherwise)."""
-    from process_world import TEST_BACKEND
-
-    get, started = _world_pool(backend=TEST_BACKEND)
-    yield get
-    _close_pool(started)
+    pool = WorldPool(lambda n: ProcessWorld(n, backend=TEST_BACKEND))
+    yield pool
+    pool.close()

@@ -170,7 +170,7 @@ def test_backend_strings(backend_worlds, backend):
         results = world.run(backend_string_case)
     finally:
         if own:
-            world.kill() if world.failed else world.close()
+            world.end()
     for rank, (name, cpu_name, sub_name, t, u) in enumerate(results):
         assert name == backend, f"rank {rank}: get_backend() is {name!r}"
         assert cpu_name == "pycomm" and sub_name == "pycomm", \

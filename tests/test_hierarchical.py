@@ -10,9 +10,6 @@ references, results compared bitwise across ranks), once per layout in one
 process world each. Then DDP (no hook, and pycomm.ring_hook through the direct
 API) against plain DDP on gloo, and a rank killed on one "host".
 """
-import os
-import signal
-import threading
 import time
 
 import pytest
@@ -27,7 +24,8 @@ from test_backend_moves import (all_gather_grid, all_to_all_grid, barrier_case, 
                                 moves_every_dtype_case)
 from test_backend_reductions import all_reduce_grid, big_case, more_dtypes_grid, reduce_grid, \
     reduce_scatter_grid
-from process_world import ProcessWorld
+from dying_rank import die_soon, run_with_a_death
+from process_world import ProcessWorld, WorldPool
 
 pytestmark = pytest.mark.ranks
 
@@ -41,20 +39,11 @@ def host_env(hosts, **extra):
 
 @pytest.fixture(scope="module")
 def layout_worlds():
-    started = {}
-
-    def get(name):
-        w = started.get(name)
-        if w is None or not w.alive() or w.failed:
-            if w is not None:
-                w.kill()
-            w = started[name] = ProcessWorld(len(LAYOUTS[name]), TIMEOUT, backend="cpu:pycomm",
-                                             env=host_env(LAYOUTS[name]))
-        return w
-
-    yield get
-    for w in started.values():
-        w.kill() if w.failed else w.close()
+    """layout_worlds(name): a world of LAYOUTS[name], started once for the module."""
+    pool = WorldPool(lambda name: ProcessWorld(len(LAYOUTS[name]), TIMEOUT, backend="cpu:pycomm",
+                                               env=host_env(LAYOUTS[name])))
+    yield pool
+    pool.close()
 
 
 # ---------------------------------------------------------------------------
@@ -176,14 +165,8 @@ def die_during_all_reduce(stamp_path):
     t = torch.ones(1 << 20)
     dist.all_reduce(t)  # every rank is up
 
-    def kill_soon():
-        time.sleep(0.3)
-        with open(stamp_path, "w") as f:
-            f.write(repr(time.monotonic()))
-        os.kill(os.getpid(), signal.SIGKILL)
-
     if rank == VICTIM:
-        threading.Thread(target=kill_soon, daemon=True).start()
+        die_soon(stamp_path, 0.3)
     calls, error = 0, None
     try:
         while True:
@@ -195,16 +178,11 @@ def die_during_all_reduce(stamp_path):
 
 
 def test_killed_rank_on_one_host_makes_both_hosts_raise(tmp_path):
-    stamp = tmp_path / "death"
     timeout = 10.0
     world = ProcessWorld(4, timeout, backend="cpu:pycomm", env=[
         dict(e, PYCOMM_TIMEOUT=str(timeout)) for e in host_env(LAYOUTS["2x2"])])
-    pids = world.pids
-    try:
-        results = world.run(die_during_all_reduce, str(stamp), may_die=(VICTIM,), timeout=120)
-    finally:
-        world.kill()
-    died = float(stamp.read_text())
+    results, died = run_with_a_death(world, die_during_all_reduce, dying_rank=VICTIM,
+                                     stamp_path=tmp_path / "death")
     for rank in range(4):
         if rank == VICTIM:
             continue
@@ -216,4 +194,4 @@ def test_killed_rank_on_one_host_makes_both_hosts_raise(tmp_path):
         assert seen - died < timeout + 5, f"rank {rank} raised {seen - died:.1f} s after the kill"
         print(f"[fault] 2x2, rank {VICTIM} killed: rank {rank} raised {name} "
               f"{seen - died:.2f} s later: {msg}")
-    assert not segments_of(pids), f"left in /dev/shm: {segments_of(pids)}"
+    assert not segments_of(world.pids), f"left in /dev/shm: {segments_of(world.pids)}"
