@@ -9,14 +9,13 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "bench"))
-from harness import collectives, patterns, sizes, timing, verdicts  # noqa: E402
-from harness.table import Column, Table, cell  # noqa: E402
-
-from pycomm.tools import results_schema as schema  # noqa: E402
+from harness import collectives, patterns, sizes, timing, verdicts
+from harness.table import Column, Table, cell
+from pycomm.tools import results_schema as schema
 
 pytestmark = pytest.mark.fast
+
+REPO = Path(__file__).resolve().parent.parent
 
 SCALAR = types.SimpleNamespace(maximum=max, minimum=min)  # xp for plain Python ints
 
@@ -314,7 +313,7 @@ def test_rows_filter_by_collective(tmp_path):
 
 
 def test_gpu_summary_reads_what_the_benches_write():
-    import gpu_summary  # bench/ is on sys.path
+    import gpu_summary  # bench/ is on pytest's path (pyproject.toml)
 
     rows = [dict(name="pycomm auto", bytes=8, count=2, world=2, us=10.0, wrong=0),
             dict(name="nccl", bytes=8, count=2, world=2, why="refused")]

@@ -19,16 +19,13 @@ test relies on torch.distributed's calls only.
 import os
 import sys
 import traceback
-from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
 
+from harness import pipeline_model as pm
 from process_world import RankFailed, reference_group
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-from harness import pipeline_model as pm  # noqa: E402
 
 pytestmark = pytest.mark.ranks
 

@@ -1,6 +1,5 @@
 """pycomm.tools.trace (the job trace every communicator writes while it is on) and the
 names of pycomm's threads, which the DDP bench reads to split a step into parts."""
-import os
 import time
 
 import pytest
@@ -71,9 +70,6 @@ def test_backend_jobs_carry_their_collective_names(backend_worlds):
 
 @pytest.mark.fast
 def test_step_parts_from_marks_and_jobs():
-    import sys
-
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
     from harness.step_parts import step_parts, union_length
     from pycomm.tools.trace import Job
 
@@ -94,9 +90,6 @@ def test_step_parts_from_marks_and_jobs():
 
 @pytest.mark.fast
 def test_thread_cpu_counts_this_thread_as_main():
-    import sys
-
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
     from harness import thread_cpu
 
     before = thread_cpu.snapshot()
