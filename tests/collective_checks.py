@@ -152,6 +152,12 @@ class Checks:
             return False
         return True
 
+    def equal_everywhere(self, label, got, want, bitwise=False):
+        """equal, and got's bits digested: the test compares them across ranks, for results
+        every rank must hold bit for bit."""
+        self.equal(label, got, want, bitwise)
+        self.digest(label, got)
+
     def true(self, label, ok, detail=""):
         self.cases += 1
         if not ok:

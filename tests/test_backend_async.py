@@ -137,8 +137,7 @@ def coalesced_case():
                     cm.wait()
                 for n, t, inp in zip(sizes, tensors, inputs):
                     label = f"coalesced all_reduce async={async_ops} {dtype} {op} n={n}"
-                    c.equal(label, t, reduce_reference(inp, op, None, dtype, world))
-                    c.digest(label, t)
+                    c.equal_everywhere(label, t, reduce_reference(inp, op, None, dtype, world))
             # all_gather_single, coalesced
             parts = [[data_input(("coal-ag", async_ops, str(dtype), n), r, (n,), dtype)
                       for r in range(world)] for n in sizes]
@@ -150,8 +149,7 @@ def coalesced_case():
                 cm.wait()
             for n, out, p in zip(sizes, outs, parts):
                 label = f"coalesced all_gather_single async={async_ops} {dtype} n={n}"
-                c.equal(label, out, torch.cat(p), bitwise=True)
-                c.digest(label, out)
+                c.equal_everywhere(label, out, torch.cat(p), bitwise=True)
             # reduce_scatter_single, coalesced (sum and avg, as FSDP uses them)
             for op in ("sum", "avg") if dtype.is_floating_point else ("sum",):
                 keys = [("coal-rs", async_ops, str(dtype), op, n) for n in sizes]
@@ -196,8 +194,7 @@ def coalesced_lists_case():
                         work.wait()
                     for s, t, inp in zip(shapes, tensors, inputs):
                         label = f"all_reduce_coalesced async={async_op} {dtype} {op} {s}"
-                        c.equal(label, t, reduce_reference(inp, op, None, dtype, world))
-                        c.digest(label, t)
+                        c.equal_everywhere(label, t, reduce_reference(inp, op, None, dtype, world))
                 parts = [[data_input(("agc", async_op, str(dtype), s), r, s, dtype)
                           for s in shapes] for r in range(world)]
                 outs = [[garbage_like(t) for t in parts[r]] for r in range(world)]
@@ -208,8 +205,7 @@ def coalesced_lists_case():
                 for r in range(world):
                     for s, got, want in zip(shapes, outs[r], parts[r]):
                         label = f"all_gather_coalesced async={async_op} {dtype} from {r} {s}"
-                        c.equal(label, got, want, bitwise=True)
-                        c.digest(label, got)
+                        c.equal_everywhere(label, got, want, bitwise=True)
     return c.out()
 
 

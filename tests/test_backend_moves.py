@@ -32,8 +32,7 @@ def broadcast_grid(counts):
                 t = want.clone() if rank == root else garbage_like(want)
                 dist.broadcast(t, src=root)
                 label = f"broadcast root={root} {name} n={count}"
-                c.equal(label, t, want, bitwise=True)
-                c.digest(label, t)
+                c.equal_everywhere(label, t, want, bitwise=True)
     return c.out()
 
 
@@ -60,15 +59,13 @@ def all_gather_grid(counts):
             out = garbage_like(want)
             all_gather_single(out, parts[rank].clone())
             label = f"all_gather_single (concat) {name} n={count}"
-            c.equal(label, out, want, bitwise=True)
-            c.digest(label, out)
+            c.equal_everywhere(label, out, want, bitwise=True)
             # one tensor, stacked form: (world, count); documented, but gloo rejects it
             if not validating_on_gloo():
                 out = garbage_like(torch.stack(parts))
                 all_gather_single(out, parts[rank].clone())
                 label = f"all_gather_single (stack) {name} n={count}"
-                c.equal(label, out.reshape(-1), want, bitwise=True)
-                c.digest(label, out)
+                c.equal_everywhere(label, out.reshape(-1), want, bitwise=True)
         # the name the contract (and FSDP) uses, once per dtype
         parts = [data_input(("agit", name), r, (5,), dtype) for r in range(world)]
         out = garbage_like(torch.cat(parts))
