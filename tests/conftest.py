@@ -3,8 +3,8 @@ import os
 
 import pytest
 
-import layers
-from process_world import TEST_BACKEND, ProcessWorld, WorldPool
+from support import layers
+from support.process_world import TEST_BACKEND, ProcessWorld, WorldPool
 
 # A fast-layer test slower than this is named at the end of the run: it belongs in another
 # layer (tests/layers.py), or the fast layer stops being the one a developer runs each time.

@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 
 import pycomm
-from dtypes_under_test import DTYPES
+from support.dtypes_under_test import DTYPES
 
 pytestmark = pytest.mark.ranks
 

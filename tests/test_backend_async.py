@@ -9,8 +9,8 @@ import torch
 import torch.distributed as dist
 
 from pycomm.torch_compat import all_gather_single, reduce_scatter_single
-from process_world import validating_on_gloo
-from collective_checks import (WORLD_SIZES, Checks, check, data_input, garbage_like, reduce_op,
+from support.process_world import validating_on_gloo
+from support.collective_checks import (WORLD_SIZES, Checks, check, data_input, garbage_like, reduce_op,
                                reduce_reference, reduction_input)
 
 pytestmark = pytest.mark.ranks

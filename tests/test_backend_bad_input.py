@@ -6,9 +6,9 @@ import torch
 import torch.distributed as dist
 
 from pycomm.torch_compat import reduce_scatter_single
-from process_world import validating_on_gloo
-from dtypes_under_test import DTYPES
-from collective_checks import Checks, check
+from support.process_world import validating_on_gloo
+from support.dtypes_under_test import DTYPES
+from support.collective_checks import Checks, check
 
 pytestmark = pytest.mark.ranks
 

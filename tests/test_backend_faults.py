@@ -20,8 +20,8 @@ import torch.distributed as dist
 from pycomm.torch_compat import all_gather_single
 
 from conftest import segments_of
-from dying_rank import die_now, die_soon, run_with_a_death
-from process_world import TEST_BACKEND, ProcessWorld, WorldPool, validating_on_gloo
+from support.dying_rank import die_now, die_soon, run_with_a_death
+from support.process_world import TEST_BACKEND, ProcessWorld, WorldPool, validating_on_gloo
 
 pytestmark = [pytest.mark.ranks,
               pytest.mark.skipif(validating_on_gloo(),

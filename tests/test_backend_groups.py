@@ -9,8 +9,8 @@ import torch
 import torch.distributed as dist
 
 from pycomm.torch_compat import all_gather_single
-from process_world import validating_on_gloo
-from collective_checks import WORLD_SIZES, Checks, check, data_input, garbage_like
+from support.process_world import validating_on_gloo
+from support.collective_checks import WORLD_SIZES, Checks, check, data_input, garbage_like
 
 pytestmark = pytest.mark.ranks
 
@@ -162,7 +162,7 @@ def backend_string_case():
     pytest.param("cpu:pycomm,cuda:nccl", marks=pytest.mark.skipif(
         not torch.cuda.is_available(), reason="NCCL needs a GPU"))])
 def test_backend_strings(backend_worlds, backend):
-    from process_world import ProcessWorld
+    from support.process_world import ProcessWorld
 
     own = backend != "cpu:pycomm"  # the session's worlds use "cpu:pycomm"
     world = ProcessWorld(2, backend=backend) if own else backend_worlds(2)

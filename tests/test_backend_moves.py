@@ -10,9 +10,9 @@ import torch
 import torch.distributed as dist
 
 from pycomm.torch_compat import all_gather_single
-from process_world import validating_on_gloo
-from dtypes_under_test import DTYPES
-from collective_checks import (COUNTS, WORLD_SIZES, Checks, check, data_input, garbage_like,
+from support.process_world import validating_on_gloo
+from support.dtypes_under_test import DTYPES
+from support.collective_checks import (COUNTS, WORLD_SIZES, Checks, check, data_input, garbage_like,
                                generator)
 
 pytestmark = pytest.mark.ranks
@@ -102,7 +102,7 @@ def moves_every_dtype_case(counts):
     """broadcast, all_gather (both forms) and all_to_all_single move every dtype torch
     has (but the quantized ones, which torch refuses before any backend) by its bytes,
     from and into strided views too."""
-    from dtypes_under_test import ALL_DTYPES, QUANTIZED
+    from support.dtypes_under_test import ALL_DTYPES, QUANTIZED
 
     rank, world = dist.get_rank(), dist.get_world_size()
     c = Checks()

@@ -17,10 +17,10 @@ import torch
 import torch.distributed as dist
 
 from conftest import segments_of
-from dying_rank import die_now, die_soon, run_with_a_death
-from dtypes_under_test import DTYPES
-from process_world import TEST_BACKEND, ProcessWorld, validating_on_gloo
-from collective_checks import Checks, check, data_input
+from support.dying_rank import die_now, die_soon, run_with_a_death
+from support.dtypes_under_test import DTYPES
+from support.process_world import TEST_BACKEND, ProcessWorld, validating_on_gloo
+from support.collective_checks import Checks, check, data_input
 
 pytestmark = pytest.mark.ranks
 

@@ -10,9 +10,9 @@ import torch
 import torch.distributed as dist
 
 from pycomm.torch_compat import all_gather_single, reduce_scatter_single
-from process_world import reference_group, validating_on_gloo
-from dtypes_under_test import DTYPES
-from collective_checks import (BIG, COUNTS, PREMUL_FACTORS, WORLD_SIZES, Checks, check,
+from support.process_world import reference_group, validating_on_gloo
+from support.dtypes_under_test import DTYPES
+from support.collective_checks import (BIG, COUNTS, PREMUL_FACTORS, WORLD_SIZES, Checks, check,
                                garbage_like, generator, ops_for, reduce_op, reduce_reference,
                                reduction_input)
 

@@ -24,7 +24,7 @@ import pycomm  # noqa: F401  (registers the backend, once it exists)
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "bench" / "collectives_perf.py"
-from bench_script import run_script  # noqa: E402  (puts bench/ on sys.path)
+from support.bench_script import run_script  # noqa: E402  (puts bench/ on sys.path)
 
 pytestmark = pytest.mark.bench
 

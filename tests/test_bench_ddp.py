@@ -20,7 +20,7 @@ from pycomm.tools import results_schema
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "bench" / "ddp_resnet50.py"
-from bench_script import run_script  # noqa: E402  (puts bench/ on sys.path)
+from support.bench_script import run_script  # noqa: E402  (puts bench/ on sys.path)
 
 pytestmark = pytest.mark.bench
 

@@ -22,7 +22,7 @@ from pycomm.tools import results_schema as schema
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "bench" / "p2p_perf.py"
-from bench_script import run_script  # noqa: E402  (puts bench/ on sys.path)
+from support.bench_script import run_script  # noqa: E402  (puts bench/ on sys.path)
 from harness.p2p import CHECK_BYTES, PATTERNS, layout  # noqa: E402
 
 pytestmark = pytest.mark.bench

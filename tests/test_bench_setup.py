@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from bench_script import run_script
+from support.bench_script import run_script
 
 pytestmark = pytest.mark.bench
 

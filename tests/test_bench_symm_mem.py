@@ -2,7 +2,7 @@
 size the one-shot takes and one the in-place path takes, values checked, the summary said."""
 import pytest
 
-from bench_script import run_script
+from support.bench_script import run_script
 from pycomm.tools import results_schema as schema
 
 pytestmark = pytest.mark.bench

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from bench_script import run_script
+from support.bench_script import run_script
 from pycomm.tools import results_schema as schema
 
 pytestmark = pytest.mark.bench

@@ -3,7 +3,7 @@ own per-call cost (the torch floor column) taken out, and when Open MPI's rounds
 pycomm's: on made-up rows, no ranks started."""
 import pytest
 
-from bench_script import BENCH  # noqa: F401  (puts bench/ on sys.path)
+from support.bench_script import BENCH  # noqa: F401  (puts bench/ on sys.path)
 import collectives_perf  # noqa: E402
 import p2p_perf  # noqa: E402
 from harness import verdicts  # noqa: E402

@@ -9,8 +9,8 @@ The whole grid (every torch dtype, 2 and 3 ranks) is the script's:
 import pytest
 import torch
 
-from dtypes_under_test import ALL_DTYPES, COMPLEX, OPAQUE, QUANTIZED
-from process_world import validating_on_gloo
+from support.dtypes_under_test import ALL_DTYPES, COMPLEX, OPAQUE, QUANTIZED
+from support.process_world import validating_on_gloo
 
 pytestmark = pytest.mark.ranks
 

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 import pycomm
-from process_world import ProcessWorld
+from support.process_world import ProcessWorld
 
 pytestmark = pytest.mark.ranks
 

@@ -268,7 +268,7 @@ def test_bad_timeout_is_rejected(monkeypatch):
 
 def _with_env(env: dict, make):
     """make() with the variables `env` set (restored after): "no error", or its ValueError's text."""
-    from process_world import environ
+    from support.process_world import environ
 
     with environ(env):
         try:

@@ -20,7 +20,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import pycomm
-from process_world import ProcessWorld
+from support.process_world import ProcessWorld
 
 pytestmark = pytest.mark.ranks
 

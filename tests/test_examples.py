@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from torchrun_ranks import torchrun as run_ranks
+from support.torchrun_ranks import torchrun as run_ranks
 
 pytestmark = pytest.mark.examples
 

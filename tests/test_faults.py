@@ -11,8 +11,8 @@ import torch
 import torch.distributed as dist
 
 import pycomm
-from dying_rank import die_now, die_soon, run_with_a_death
-from process_world import ProcessWorld, environ
+from support.dying_rank import die_now, die_soon, run_with_a_death
+from support.process_world import ProcessWorld, environ
 
 pytestmark = pytest.mark.ranks
 

@@ -9,8 +9,8 @@ import textwrap
 
 import pytest
 
-import layers
-from layers import _starts_torchrun
+from support import layers
+from support.layers import _starts_torchrun
 
 pytestmark = pytest.mark.fast
 

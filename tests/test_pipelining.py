@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 
 from harness import pipeline_model as pm
-from process_world import RankFailed, reference_group
+from support.process_world import RankFailed, reference_group
 
 pytestmark = pytest.mark.ranks
 

@@ -18,7 +18,7 @@ import textwrap
 import pytest
 
 from conftest import pycomm_segments, pycomm_sockets
-from process_world import ProcessWorld, validating_on_gloo
+from support.process_world import ProcessWorld, validating_on_gloo
 
 from pycomm.tools.doctor import mapped_segment_bytes
 

@@ -13,7 +13,7 @@ import torch.distributed as dist
 
 import pycomm
 from pycomm import _C, routing
-from process_world import reference_group
+from support.process_world import reference_group
 
 pytestmark = pytest.mark.ranks
 

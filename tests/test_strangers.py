@@ -21,7 +21,7 @@ import time
 import pytest
 
 from conftest import pycomm_sockets
-from process_world import reference_group, validating_on_gloo
+from support.process_world import reference_group, validating_on_gloo
 
 pytestmark = [pytest.mark.fast,
               pytest.mark.skipif(validating_on_gloo(), reason="pycomm's own servers and files")]

@@ -17,7 +17,7 @@ import torch.distributed as dist
 import torch.distributed._symmetric_memory as symm_mem
 
 import pycomm  # noqa: F401 - registers the CPU allocator and kernels
-from process_world import TEST_BACKEND, ProcessWorld, validating_on_gloo
+from support.process_world import TEST_BACKEND, ProcessWorld, validating_on_gloo
 
 pytestmark = [pytest.mark.ranks,
               pytest.mark.skipif(validating_on_gloo(), reason="symmetric memory is pycomm's")]

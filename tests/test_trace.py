@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from process_world import thread_names, validating_on_gloo
+from support.process_world import thread_names, validating_on_gloo
 
 pytestmark = pytest.mark.ranks
 

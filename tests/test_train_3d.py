@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from torchrun_ranks import torchrun
+from support.torchrun_ranks import torchrun
 
 pytestmark = pytest.mark.examples
 

@@ -13,7 +13,7 @@ import torch.distributed as dist
 
 import pycomm
 from pycomm import routing
-from torchrun_ranks import torchrun
+from support.torchrun_ranks import torchrun
 
 pytestmark = pytest.mark.ranks
 
@@ -123,7 +123,7 @@ def test_numa_perf_pins_ranks_to_nodes_and_times_the_forms_in_turns(tmp_path, mo
     """bench/numa_perf.py on this host of one node: two posed nodes, every form exact, auto
     (PYCOMM_TWO_LEVEL=on) taking two_level above its threshold and the one-shot below, a time
     for every column."""
-    from bench_script import run_script
+    from support.bench_script import run_script
 
     monkeypatch.setenv("PYCOMM_TWO_LEVEL", "on")
     out = tmp_path / "numa.json"

@@ -49,7 +49,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from dtypes_under_test import ALL_DTYPES  # noqa: E402
+from support.dtypes_under_test import ALL_DTYPES  # noqa: E402
 from comparison_inputs import COLLECTIVES, OPS, REDUCTIONS, SHAPES  # noqa: E402
 from comparison_outcomes import CLASSES, SEVERITY, TARGET_ZERO, classify, reference, run, \
     step_code  # noqa: E402

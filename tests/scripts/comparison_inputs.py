@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 
 # Importable where compare_with_gloo.py put tests/ on the path (or pytest did).
-from dtypes_under_test import ALL_DTYPES, QUANTIZED
+from support.dtypes_under_test import ALL_DTYPES, QUANTIZED
 
 SHAPES = ("0-d", "empty", "1", "7", "2-D transposed", "strided")
 REDUCTIONS = ("all_reduce", "reduce", "reduce_scatter", "reduce_scatter_tensor")

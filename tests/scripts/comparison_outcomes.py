@@ -10,7 +10,7 @@ import torch
 from comparison_inputs import (OBJECTS, OPAQUE_VALUES, PREMUL_FACTOR, REDUCTIONS, build, call,
                                clone_bits, copy_bits, is_quantized, object_signature,
                                storage_bytes)
-from dtypes_under_test import COMPLEX, MORE_INTEGERS
+from support.dtypes_under_test import COMPLEX, MORE_INTEGERS
 
 CLASSES = ("agree", "gloo wrong", "gloo refuses", "both refuse", "pycomm refuses", "differ",
            "unclear refusal")

@@ -22,7 +22,7 @@ import zlib
 import torch
 import torch.distributed as dist
 
-from process_world import validating_on_gloo
+from support.process_world import validating_on_gloo
 
 WORLD_SIZES = [1, 2, 3, 4]
 OPS = ["sum", "avg", "min", "max", "product", "premul_sum"]
