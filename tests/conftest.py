@@ -7,7 +7,7 @@ from support import layers
 from support.process_world import TEST_BACKEND, ProcessWorld, WorldPool
 
 # A fast-layer test slower than this is named at the end of the run: it belongs in another
-# layer (tests/layers.py), or the fast layer stops being the one a developer runs each time.
+# layer (tests/support/layers.py), or the fast layer stops being the one a developer runs each time.
 FAST_TEST_S = 15.0
 
 
@@ -35,8 +35,9 @@ _slow_fast_tests = []
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Each test keeps its one layer's marker before -m selects (tests/layers.py). Soak tests
-    run only when -m names them, whatever else -m selects (`-m ranks` must not start a soak)."""
+    """Each test keeps its one layer's marker before -m selects (tests/support/layers.py). Soak
+    tests run only when -m names them, whatever else -m selects (`-m ranks` must not start a
+    soak)."""
     _layer_of.update(layers.settle_layers(items))
     if "soak" not in (config.getoption("markexpr") or ""):
         soak = [item for item in items if item.get_closest_marker("soak")]
@@ -62,7 +63,8 @@ def pytest_terminal_summary(terminalreporter):
     if _slow_fast_tests:
         terminalreporter.write_line(
             f"fast-layer tests over {FAST_TEST_S:.0f} s (mark them with another layer, "
-            "tests/layers.py): " + ", ".join(f"{n} ({s:.0f} s)" for n, s in _slow_fast_tests))
+            "tests/support/layers.py): "
+            + ", ".join(f"{n} ({s:.0f} s)" for n, s in _slow_fast_tests))
 
 
 def pycomm_segments():

@@ -1,6 +1,6 @@
 """The backend's asynchronous work (many in flight, waited on or through futures), coalesced
 calls and the object collectives with the sequence number, against references each rank
-computes itself (tests/collective_checks.py says how).
+computes itself (tests/support/collective_checks.py says how).
 """
 import warnings
 
@@ -10,8 +10,8 @@ import torch.distributed as dist
 
 from pycomm.torch_compat import all_gather_single, reduce_scatter_single
 from support.process_world import validating_on_gloo
-from support.collective_checks import (WORLD_SIZES, Checks, check, data_input, garbage_like, reduce_op,
-                               reduce_reference, reduction_input)
+from support.collective_checks import (WORLD_SIZES, Checks, check, data_input, garbage_like,
+                                       reduce_op, reduce_reference, reduction_input)
 
 pytestmark = pytest.mark.ranks
 

@@ -1,6 +1,6 @@
 """The backend's collectives that move data (broadcast, all_gather, all_to_all, every dtype
 by its bytes) and barrier, against references each rank computes itself
-(tests/collective_checks.py says how).
+(tests/support/collective_checks.py says how).
 """
 import time
 import warnings
@@ -13,7 +13,7 @@ from pycomm.torch_compat import all_gather_single
 from support.process_world import validating_on_gloo
 from support.dtypes_under_test import DTYPES
 from support.collective_checks import (COUNTS, WORLD_SIZES, Checks, check, data_input, garbage_like,
-                               generator)
+                                       generator)
 
 pytestmark = pytest.mark.ranks
 

@@ -1,7 +1,7 @@
 """The backend's reductions on every dtype and op (all_reduce, reduce, reduce_scatter), the
 dtypes beyond the common ones, 16M elements, half types accumulated in float32 and random
-floats against gloo, against references each rank computes itself (tests/collective_checks.py
-says how).
+floats against gloo, against references each rank computes itself
+(tests/support/collective_checks.py says how).
 """
 import warnings
 
@@ -13,8 +13,8 @@ from pycomm.torch_compat import all_gather_single, reduce_scatter_single
 from support.process_world import reference_group, validating_on_gloo
 from support.dtypes_under_test import DTYPES
 from support.collective_checks import (BIG, COUNTS, PREMUL_FACTORS, WORLD_SIZES, Checks, check,
-                               garbage_like, generator, ops_for, reduce_op, reduce_reference,
-                               reduction_input)
+                                       garbage_like, generator, ops_for, reduce_op,
+                                       reduce_reference, reduction_input)
 
 pytestmark = pytest.mark.ranks
 

@@ -15,7 +15,7 @@ RANKS = 4
 
 
 def torchrun(script, *args, ranks=RANKS, folder="examples"):
-    """Every rank's stdout, rank by rank (tests/torchrun_ranks.py: never interleaved)."""
+    """Every rank's stdout, rank by rank (tests/support/torchrun_ranks.py: never interleaved)."""
     try:
         res = run_ranks(os.path.join(ROOT, folder, script), *args, ranks=ranks)
     except subprocess.TimeoutExpired as e:

@@ -125,7 +125,8 @@ def direct_api_case():
     for count in (0, 5, 1023, 300_001):
         for op in ("sum", "avg", "max", "min", "product"):
             key = ("direct", op, count)
-            inputs = [reduction_input(key, r, count, torch.float32, op, world) for r in range(world)]
+            inputs = [reduction_input(key, r, count, torch.float32, op, world)
+                      for r in range(world)]
             y = inputs[rank].clone()
             pycomm.all_reduce(y, op=op)
             want = reduce_reference(inputs, op, None, torch.float32, world)

@@ -1,6 +1,7 @@
-"""The suite's layers (tests/layers.py): every test has exactly one, written in its file; a test
-with none or two is a collection error naming it; a test's own layer wins over its file's, for
--m too; and a test written `fast` that starts rank processes fails, saying to mark it `ranks`."""
+"""The suite's layers (tests/support/layers.py): every test has exactly one, written in its
+file; a test with none or two is a collection error naming it; a test's own layer wins over its
+file's, for -m too; and a test written `fast` that starts rank processes fails, saying to mark
+it `ranks`."""
 import os
 import shutil
 import subprocess
@@ -28,7 +29,7 @@ def test_torchrun_is_told_from_other_commands():
     assert _starts_torchrun("torchrun --nproc_per_node 2 x.py")
     assert _starts_torchrun(["/usr/bin/torchrun", "x.py"])
     assert not _starts_torchrun([sys.executable, "-c", "print(1)"])
-    assert not _starts_torchrun(["python3", "tests/torchrun_ranks_notes.py"])
+    assert not _starts_torchrun(["python3", "tests/support/torchrun_ranks.py"])
 
 
 # A small suite under the real conftest: each file breaks one rule, or keeps it.

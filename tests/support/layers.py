@@ -48,7 +48,8 @@ def written_layer(item) -> str:
         if names:
             return names[0]
     raise LayerError(f"{item.nodeid}: no layer; write `pytestmark = pytest.mark.LAYER` in its "
-                     f"file (or mark the test), LAYER one of {', '.join(LAYERS)} (tests/layers.py)")
+                     f"file (or mark the test), LAYER one of {', '.join(LAYERS)} "
+                     "(tests/support/layers.py)")
 
 
 def settle_layers(items) -> dict:
@@ -79,7 +80,7 @@ def refuse_rank_processes(monkeypatch, nodeid: str) -> None:
     Failed is a BaseException, so no `except Exception` in the code under test hides it."""
     def refuse(what):
         pytest.fail(f"{nodeid} is marked fast but starts rank processes ({what}): "
-                    "mark it ranks (tests/layers.py)", pytrace=False)
+                    "mark it ranks (tests/support/layers.py)", pytrace=False)
 
     def start(self):
         refuse(f"multiprocessing {type(self).__name__}.start")
