@@ -7,7 +7,8 @@ from support import layers
 from support.process_world import TEST_BACKEND, ProcessWorld, WorldPool
 
 # A fast-layer test slower than this is named at the end of the run: it belongs in another
-# layer (tests/support/layers.py), or the fast layer stops being the one a developer runs each time.
+# layer (tests/support/layers.py), or the fast layer stops being the one a developer runs
+# each time.
 FAST_TEST_S = 15.0
 
 
