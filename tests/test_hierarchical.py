@@ -16,16 +16,16 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from support.collective_checks import BIG, COUNTS, Checks, check, reduce_reference, reduction_input
 from conftest import segments_of
+from support.collective_checks import BIG, COUNTS, Checks, check, reduce_reference, reduction_input
+from support.dying_rank import die_soon, run_with_a_death
+from support.process_world import ProcessWorld, WorldPool
 from test_backend_async import async_case, coalesced_case
 from test_backend_groups import forwarded_case
 from test_backend_moves import (all_gather_grid, all_to_all_grid, barrier_case, broadcast_grid,
                                 moves_every_dtype_case)
-from test_backend_reductions import all_reduce_grid, big_case, more_dtypes_grid, reduce_grid, \
-    reduce_scatter_grid
-from support.dying_rank import die_soon, run_with_a_death
-from support.process_world import ProcessWorld, WorldPool
+from test_backend_reductions import (all_reduce_grid, big_case, more_dtypes_grid, reduce_grid,
+                                     reduce_scatter_grid)
 
 pytestmark = pytest.mark.ranks
 
