@@ -25,10 +25,11 @@ def die_soon(stamp_path, delay):
 
 def run_with_a_death(world, case, *args, dying_rank, stamp_path, timeout=120.0):
     """Runs case(*args, stamp_path) on every rank of `world`, a world of its own (killed
-    after), in which `dying_rank` dies; returns every rank's result (None for the dead one)
-    and when it died."""
+    after), in which `dying_rank` dies; returns the survivors' results by rank and when it
+    died."""
     try:
         results = world.run(case, *args, str(stamp_path), may_die=(dying_rank,), timeout=timeout)
     finally:
         world.kill()
-    return results, float(stamp_path.read_text())
+    survivors = {rank: result for rank, result in enumerate(results) if rank != dying_rank}
+    return survivors, float(stamp_path.read_text())
