@@ -3,11 +3,12 @@ import os
 
 import pytest
 
-import layers
-from process_world import ProcessWorld
+from support import layers
+from support.process_world import TEST_BACKEND, ProcessWorld, WorldPool
 
 # A fast-layer test slower than this is named at the end of the run: it belongs in another
-# layer (tests/layers.py), or the fast layer stops being the one a developer runs each time.
+# layer (tests/support/layers.py), or the fast layer stops being the one a developer runs
+# each time.
 FAST_TEST_S = 15.0
 
 
@@ -16,13 +17,29 @@ def pytest_configure(config):
         config.addinivalue_line("markers", f"{name}: layer: {what}")
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_pycollect_makeitem(collector, name, obj):
+    """A test whose layer is not written once is an error of its file's collection."""
+    made = yield
+    for item in made if isinstance(made, list) else [made]:
+        if isinstance(item, pytest.Function):
+            try:
+                layers.written_layer(item)
+            except layers.LayerError as e:
+                raise collector.CollectError(str(e)) from None
+    return made
+
+
+_layer_of = {}  # node id -> layer, of the tests collected
+_slow_fast_tests = []
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Every test gets its layer's marker before -m selects (tests/layers.py). Soak tests run
-    only when -m names them, whatever else -m selects (`-m ranks` must not start a soak)."""
-    for item in items:
-        if not any(m.name in layers.LAYERS for m in item.iter_markers()):
-            item.add_marker(layers.layer_of(item))
+    """Each test keeps its one layer's marker before -m selects (tests/support/layers.py). Soak
+    tests run only when -m names them, whatever else -m selects (`-m ranks` must not start a
+    soak)."""
+    _layer_of.update(layers.settle_layers(items))
     if "soak" not in (config.getoption("markexpr") or ""):
         soak = [item for item in items if item.get_closest_marker("soak")]
         if soak:
@@ -30,19 +47,25 @@ def pytest_collection_modifyitems(config, items):
             items[:] = [item for item in items if not item.get_closest_marker("soak")]
 
 
-_slow_fast_tests = []
+@pytest.fixture(autouse=True)
+def fast_tests_start_no_ranks(request, monkeypatch):
+    """The written layer is true: a `fast` test that starts rank processes fails."""
+    if request.node.get_closest_marker("fast"):
+        layers.refuse_rank_processes(monkeypatch, request.node.nodeid)
 
 
 def pytest_runtest_logreport(report):
-    if report.when == "call" and report.duration > FAST_TEST_S and "fast" in report.keywords:
+    if report.when == "call" and report.duration > FAST_TEST_S \
+            and _layer_of.get(report.nodeid) == "fast":
         _slow_fast_tests.append((report.nodeid, report.duration))
 
 
 def pytest_terminal_summary(terminalreporter):
     if _slow_fast_tests:
         terminalreporter.write_line(
-            f"fast-layer tests over {FAST_TEST_S:.0f} s (move them to another layer in "
-            "tests/layers.py): " + ", ".join(f"{n} ({s:.0f} s)" for n, s in _slow_fast_tests))
+            f"fast-layer tests over {FAST_TEST_S:.0f} s (mark them with another layer, "
+            "tests/support/layers.py): "
+            + ", ".join(f"{n} ({s:.0f} s)" for n, s in _slow_fast_tests))
 
 
 def pycomm_segments():
@@ -68,38 +91,13 @@ def no_segments_left_behind():
     assert not listening, f"segment servers left behind: {listening}"
 
 
-def _world_pool(**kwargs):
-    """get(n): a ProcessWorld of n ranks (ProcessWorld(n, **kwargs)), started
-    once per session. A world in which a test failed is replaced, as a dead one
-    is: one failure (an aborted communicator, a rank left out of step) must not
-    fail every later test of that size for the same cause."""
-    started = {}
-
-    def get(n):
-        w = started.get(n)
-        if w is None or not w.alive() or w.failed:
-            if w is not None:
-                w.kill()
-            w = started[n] = ProcessWorld(n, **kwargs)
-        return w
-
-    return get, started
-
-
-def _close_pool(started):
-    for w in started.values():
-        if w.failed:
-            w.kill()
-        else:
-            w.close()
-
-
 @pytest.fixture(scope="session")
 def worlds():
-    """worlds(n): a gloo world of n ranks, each with a pycomm communicator."""
-    get, started = _world_pool()
-    yield get
-    _close_pool(started)
+    """worlds(n): a gloo world of n ranks, each with a pycomm communicator, started once
+    per session (process_world.WorldPool)."""
+    pool = WorldPool(ProcessWorld)
+    yield pool
+    pool.close()
 
 
 def segments_of(pids):
@@ -113,8 +111,6 @@ def backend_worlds():
     """backend_worlds(n): a world of n ranks whose default group is the backend
     under test (process_world.TEST_BACKEND, "cpu:pycomm" unless
     PYCOMM_TEST_BACKEND says otherwise)."""
-    from process_world import TEST_BACKEND
-
-    get, started = _world_pool(backend=TEST_BACKEND)
-    yield get
-    _close_pool(started)
+    pool = WorldPool(lambda n: ProcessWorld(n, backend=TEST_BACKEND))
+    yield pool
+    pool.close()

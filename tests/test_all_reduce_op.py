@@ -9,7 +9,9 @@ import torch
 import torch.distributed as dist
 
 import pycomm  # noqa: F401 - registers the op
-from process_world import reference_group
+from support.process_world import reference_group
+
+pytestmark = pytest.mark.ranks
 
 WORLD = 2
 

@@ -12,7 +12,9 @@ import torch
 import torch.distributed as dist
 
 import pycomm
-from dtypes_under_test import DTYPES
+from support.dtypes_under_test import DTYPES
+
+pytestmark = pytest.mark.ranks
 
 OPS = ["sum", "avg", "max", "min", "product"]
 DIST_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN,

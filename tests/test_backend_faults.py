@@ -11,8 +11,6 @@ host) with generous slack: 2 cores are shared with other work.
 """
 import datetime
 import os
-import signal
-import threading
 import time
 
 import pytest
@@ -22,10 +20,12 @@ import torch.distributed as dist
 from pycomm.torch_compat import all_gather_single
 
 from conftest import segments_of
-from process_world import TEST_BACKEND, ProcessWorld, validating_on_gloo
+from support.dying_rank import die_now, die_soon, run_with_a_death
+from support.process_world import TEST_BACKEND, ProcessWorld, WorldPool, validating_on_gloo
 
-pytestmark = pytest.mark.skipif(validating_on_gloo(),
-                                reason="gloo detects no mismatch and has no peer watch")
+pytestmark = [pytest.mark.ranks,
+              pytest.mark.skipif(validating_on_gloo(),
+                                 reason="gloo detects no mismatch and has no peer watch")]
 
 WORLD = 3
 SLACK = 3.0  # seconds: a loaded 2-core host wakes a waiting rank late
@@ -113,21 +113,11 @@ def mismatch_case(kind, odd, use_async):
 @pytest.fixture(scope="module")
 def fault_world():
     """A 3-rank world for the faults that leave every rank alive."""
-    world = None
-
-    def get():
-        nonlocal world
-        if world is None or not world.alive() or world.failed:
-            if world is not None:
-                world.kill()
-            world = ProcessWorld(WORLD, backend=TEST_BACKEND)
-        return world
-
-    yield get
-    if world is not None:
-        pids = world.pids
-        world.kill() if world.failed else world.close()
-        assert not segments_of(pids), f"left in /dev/shm: {segments_of(pids)}"
+    pool = WorldPool(lambda n: ProcessWorld(n, backend=TEST_BACKEND))
+    yield lambda: pool(WORLD)
+    pids = pool.pids()
+    pool.close()
+    assert not segments_of(pids), f"left in /dev/shm: {segments_of(pids)}"
 
 
 @pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
@@ -245,17 +235,11 @@ def die_during(when, stamp_path):
     t = torch.ones(count)
     gathered = torch.empty(count * dist.get_world_size()) if when == "mid-single-copy" else None
     dist.all_reduce(t)  # every rank is up
-
-    def kill_soon(delay):
-        time.sleep(delay)
-        with open(stamp_path, "w") as f:
-            f.write(repr(time.monotonic()))
-        os.kill(os.getpid(), signal.SIGKILL)
-
     if rank == VICTIM:
         if when == "while-waiting":
-            kill_soon(0.5)
-        threading.Thread(target=kill_soon, args=(0.3,), daemon=True).start()
+            time.sleep(0.5)
+            die_now(stamp_path)
+        die_soon(stamp_path, 0.3)
         while True:
             if when == "mid-large":
                 dist.all_reduce(t)
@@ -286,19 +270,11 @@ def die_during(when, stamp_path):
 
 @pytest.mark.parametrize("when", ["mid-large", "mid-small", "mid-single-copy", "while-waiting"])
 def test_killed_rank_is_named_within_two_seconds(tmp_path, when):
-    stamp = tmp_path / "death"
     # A 60 s timeout: only the peer watch can be this quick.
     world = ProcessWorld(WORLD, comm_timeout=60.0, backend=TEST_BACKEND)
-    pids = world.pids
-    try:
-        results = world.run(die_during, when, str(stamp), may_die=(VICTIM,), timeout=120)
-    finally:
-        world.kill()
-    died = float(stamp.read_text())
-    for rank in range(WORLD):
-        if rank == VICTIM:
-            continue
-        error, seen, calls = results[rank]
+    results, died = run_with_a_death(world, die_during, when, dying_rank=VICTIM,
+                                     stamp_path=tmp_path / "death")
+    for rank, (error, seen, calls) in results.items():
         assert error is not None, f"rank {rank}: no error"
         name, is_timeout, msg = error
         assert is_timeout, f"rank {rank}: expected CommTimeout, got {name}: {msg}"
@@ -307,4 +283,4 @@ def test_killed_rank_is_named_within_two_seconds(tmp_path, when):
         print(f"[fault] rank killed {when}: rank {rank} raised CommTimeout "
               f"{(seen - died) * 1e3:.0f} ms after the kill ({calls} collectives before): "
               f"{msg.splitlines()[0]}")
-    assert not segments_of(pids), f"left in /dev/shm: {segments_of(pids)}"
+    assert not segments_of(world.pids), f"left in /dev/shm: {segments_of(world.pids)}"

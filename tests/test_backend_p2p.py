@@ -10,9 +10,6 @@ through them in pieces, and the "both send first" cases send messages four
 times larger than a channel from both sides before either receives.
 """
 import datetime
-import os
-import signal
-import threading
 import time
 
 import pytest
@@ -20,9 +17,12 @@ import torch
 import torch.distributed as dist
 
 from conftest import segments_of
-from dtypes_under_test import DTYPES
-from process_world import TEST_BACKEND, ProcessWorld, validating_on_gloo
-from test_backend_collectives import Checks, check, data_input
+from support.dying_rank import die_now, die_soon, run_with_a_death
+from support.dtypes_under_test import DTYPES
+from support.process_world import TEST_BACKEND, ProcessWorld, validating_on_gloo
+from support.collective_checks import Checks, check, data_input
+
+pytestmark = pytest.mark.ranks
 
 WORLD_SIZES = [2, 3, 4]
 # Bytes move as they are: every dtype goes, not only those pycomm reduces.
@@ -362,35 +362,21 @@ def test_receive_without_a_send_times_out_naming_the_peer(backend_worlds):
     print(f"[fault] p2p recv with no send: CommTimeout after {seconds:.2f} s: {msg}")
 
 
-def die_now(stamp_path):
-    """Writes when this rank dies, then kills it with SIGKILL."""
-    with open(stamp_path, "w") as f:
-        f.write(repr(time.monotonic()))
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
-def run_with_a_death(tmp_path, world_size, case, dying_rank):
+def death_in_a_fresh_world(tmp_path, world_size, case, dying_rank):
     """Runs case(stamp_path) on a fresh world in which `dying_rank` dies; returns
     the survivors' results and when it died, and checks nothing stayed in /dev/shm."""
-    stamp = tmp_path / "death"
     world = ProcessWorld(world_size, comm_timeout=60.0, backend=TEST_BACKEND)
-    pids = world.pids
-    try:
-        results = world.run(case, str(stamp), may_die=(dying_rank,), timeout=120)
-    finally:
-        world.kill()
-    assert not segments_of(pids), f"left in /dev/shm: {segments_of(pids)}"
-    return results, float(stamp.read_text())
+    results, died = run_with_a_death(world, case, dying_rank=dying_rank,
+                                     stamp_path=tmp_path / "death")
+    assert not segments_of(world.pids), f"left in /dev/shm: {segments_of(world.pids)}"
+    return results, died
 
 
 def dead_peer_case(stamp_path):
     rank = dist.get_rank()
     dist.barrier()
     if rank == 1:
-        def die():
-            time.sleep(0.5)
-            die_now(stamp_path)
-        threading.Thread(target=die, daemon=True).start()
+        die_soon(stamp_path, 0.5)
         time.sleep(60)
     if rank == 0:
         # Waits for a message the dead rank never sends (the timeout is 60 s).
@@ -401,7 +387,7 @@ def dead_peer_case(stamp_path):
 
 @fault_only
 def test_dead_peer_is_named_within_two_seconds(tmp_path):
-    results, died = run_with_a_death(tmp_path, 2, dead_peer_case, 1)
+    results, died = death_in_a_fresh_world(tmp_path, 2, dead_peer_case, 1)
     kind, msg, _, seen = results[0]
     assert kind == "PeerDied" and "rank 1" in msg and "exited" in msg, (kind, msg)
     assert seen - died < 2.0 + SLACK
@@ -431,7 +417,7 @@ def dies_making_its_channel_case(stamp_path):
 
 @fault_only
 def test_a_rank_killed_as_it_makes_a_channel_is_named_by_every_rank(tmp_path):
-    results, died = run_with_a_death(tmp_path, 3, dies_making_its_channel_case, 2)
+    results, died = death_in_a_fresh_world(tmp_path, 3, dies_making_its_channel_case, 2)
     for rank in (0, 1):
         kind, msg, _, seen = results[rank]
         assert kind == "PeerDied" and "rank 2" in msg and "exited" in msg, (rank, kind, msg)

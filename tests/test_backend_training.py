@@ -18,8 +18,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from process_world import TEST_BACKEND, reference_group
-from torchrun_ranks import torchrun
+from support.process_world import TEST_BACKEND, reference_group
+from support.torchrun_ranks import torchrun
+
+pytestmark = pytest.mark.ranks
 
 WORLD = 3
 STEPS = 2

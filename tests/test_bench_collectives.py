@@ -24,7 +24,10 @@ import pycomm  # noqa: F401  (registers the backend, once it exists)
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "bench" / "collectives_perf.py"
-from bench_script import run_script  # noqa: E402  (puts bench/ on sys.path)
+from support.bench_script import run_script  # noqa: E402  (puts bench/ on sys.path)
+
+pytestmark = pytest.mark.bench
+
 COLLECTIVES = ["all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all"]
 SIZES = [8, 1024]
 HAS_BACKEND = "pycomm" in dist.Backend.backend_list

@@ -20,7 +20,10 @@ from pycomm.tools import results_schema
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "bench" / "ddp_resnet50.py"
-from bench_script import run_script  # noqa: E402  (puts bench/ on sys.path)
+from support.bench_script import run_script  # noqa: E402  (puts bench/ on sys.path)
+
+pytestmark = pytest.mark.bench
+
 HOOKED = ["stock", "ring", "ring-bf16"]          # timed through a comm hook
 MODES = ["no-comm", "sync-only", *HOOKED, "backend"]
 ON_PYCOMM = ["sync-only", "ring", "ring-bf16", "backend"]  # their buckets are pycomm jobs

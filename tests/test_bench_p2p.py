@@ -22,8 +22,10 @@ from pycomm.tools import results_schema as schema
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "bench" / "p2p_perf.py"
-from bench_script import run_script  # noqa: E402  (puts bench/ on sys.path)
+from support.bench_script import run_script  # noqa: E402  (puts bench/ on sys.path)
 from harness.p2p import CHECK_BYTES, PATTERNS, layout  # noqa: E402
+
+pytestmark = pytest.mark.bench
 
 SIZES = [8, 1024]
 # --window 8 with --window-bytes 4K: 8 messages of 8 B, but only 4 of 1 KiB.

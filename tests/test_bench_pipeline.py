@@ -15,7 +15,9 @@ from pycomm.tools import results_schema as schema
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "bench" / "pipeline_perf.py"
-from bench_script import run_script  # noqa: E402  (puts bench/ on sys.path)
+from support.bench_script import run_script  # noqa: E402  (puts bench/ on sys.path)
+
+pytestmark = pytest.mark.bench
 
 RANKS, HIDDEN, MICROBATCHES, ROWS, ROUNDS, STEPS = 3, [8, 24], 3, 2, 2, 2
 PEERS = (schema.PYCOMM_BACKEND, schema.GLOO, "no_comm", "one_process")

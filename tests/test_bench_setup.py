@@ -2,7 +2,11 @@
 each group's first message checked."""
 import json
 
-from bench_script import run_script
+import pytest
+
+from support.bench_script import run_script
+
+pytestmark = pytest.mark.bench
 
 
 def test_setup_perf_times_every_step(tmp_path):

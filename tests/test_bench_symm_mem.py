@@ -1,7 +1,11 @@
 """bench/symm_mem_perf.py end to end, quickly, through its command line: every road at a
 size the one-shot takes and one the in-place path takes, values checked, the summary said."""
-from bench_script import run_script
+import pytest
+
+from support.bench_script import run_script
 from pycomm.tools import results_schema as schema
+
+pytestmark = pytest.mark.bench
 
 ROADS = {"ordinary", "symmetric", "one_shot", "two_shot", "gloo", "copy"}
 

@@ -5,8 +5,10 @@ import json
 
 import pytest
 
-from bench_script import run_script
+from support.bench_script import run_script
 from pycomm.tools import results_schema as schema
+
+pytestmark = pytest.mark.bench
 
 
 def test_tp_inference_runs_every_mode(tmp_path):

@@ -3,13 +3,15 @@ own per-call cost (the torch floor column) taken out, and when Open MPI's rounds
 pycomm's: on made-up rows, no ranks started."""
 import pytest
 
-from bench_script import BENCH  # noqa: F401  (puts bench/ on sys.path)
+from support.bench_script import BENCH  # noqa: F401  (puts bench/ on sys.path)
 import collectives_perf  # noqa: E402
 import p2p_perf  # noqa: E402
 from harness import verdicts  # noqa: E402
 from harness.peers import torch_floor  # noqa: E402
 from harness.peers.peer import Peer  # noqa: E402
 from harness.sweep import MPI_IN_TURNS, add_measurements  # noqa: E402
+
+pytestmark = pytest.mark.bench
 
 
 def row(size=64 << 10, pyc=(10.0, 12.0, 11.0), floor=(3.0, 4.0, 3.0), mpi=(8.0, 10.0, 9.0),

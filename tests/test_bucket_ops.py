@@ -15,6 +15,8 @@ import torch
 
 from pycomm import bucket_ops
 
+pytestmark = pytest.mark.fast
+
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 PAIRS = [(s, d) for s in DTYPES for d in DTYPES]
 SIZES = [0, 1, 7, 1023, (1 << 20) + 3]

@@ -9,6 +9,8 @@ import pytest
 
 import pycomm
 
+pytestmark = pytest.mark.fast
+
 PACKAGE = Path(pycomm.__file__).resolve().parent
 
 

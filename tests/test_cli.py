@@ -18,6 +18,8 @@ import pycomm
 from pycomm.tools import scaling
 from pycomm.tools.cli import main
 
+pytestmark = pytest.mark.fast
+
 REPO = Path(__file__).resolve().parent.parent
 
 

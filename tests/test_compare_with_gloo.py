@@ -6,16 +6,13 @@ pycomm never refuses what gloo serves and never gives another result.
 The whole grid (every torch dtype, 2 and 3 ranks) is the script's:
     torchrun --nproc_per_node 2 tests/scripts/compare_with_gloo.py
 """
-import os
-import sys
-
 import pytest
 import torch
 
-from dtypes_under_test import ALL_DTYPES, COMPLEX, OPAQUE, QUANTIZED
-from process_world import validating_on_gloo
+from support.dtypes_under_test import ALL_DTYPES, COMPLEX, OPAQUE, QUANTIZED
+from support.process_world import validating_on_gloo
 
-SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts")
+pytestmark = pytest.mark.ranks
 
 # One of each kind: float and half, the integers gloo has and has not, bool,
 # complex (with gloo's complex32 gaps), float8, bits, a sub-byte shell type,
@@ -27,8 +24,7 @@ REDUCED_DTYPES = ("float32", "bfloat16", "int8", "int16", "uint32", "uint64", "b
 def comparison_case(dtypes):
     import torch.distributed as dist
 
-    sys.path.insert(0, SCRIPTS)
-    import compare_with_gloo as cw
+    import compare_with_gloo as cw  # tests/scripts is on pytest's path (pyproject.toml)
 
     results = cw.compare(dtypes=dtypes)
     gathered = [None] * dist.get_world_size()
@@ -39,6 +35,7 @@ def comparison_case(dtypes):
         for cls in cw.CLASSES}
 
 
+@pytest.mark.fast
 def test_the_dtype_axis_is_every_torch_dtype():
     found = {v for v in vars(torch).values() if isinstance(v, torch.dtype)}
     assert set(ALL_DTYPES.values()) == found

@@ -31,7 +31,8 @@ import pytest
 import pycomm
 from pycomm import _C
 
-pytestmark = pytest.mark.skipif(not pycomm.cuda_built(), reason="the CUDA sources were not built")
+pytestmark = [pytest.mark.fast,
+              pytest.mark.skipif(not pycomm.cuda_built(), reason="the CUDA sources were not built")]
 
 ALGORITHMS = ("one_shot_kernel", "two_shot_kernel", "ring_kernel")
 # 3 algorithms x (8 dtypes x 5 ops, less avg of the 4 integer types).

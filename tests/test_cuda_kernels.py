@@ -9,6 +9,8 @@ import torch
 
 import pycomm
 
+pytestmark = pytest.mark.fast
+
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 

@@ -17,7 +17,9 @@ import torch
 import torch.distributed as dist
 
 import pycomm
-from process_world import ProcessWorld
+from support.process_world import ProcessWorld
+
+pytestmark = pytest.mark.ranks
 
 needs_gpu = pytest.mark.skipif(
     not torch.cuda.is_available() or not pycomm.cuda_built(),
@@ -36,6 +38,7 @@ SMOKE = ([torch.float32, torch.bfloat16, torch.int32], ["sum", "max"], [1, 7, (1
          ALGORITHMS)
 
 
+@pytest.mark.fast
 def test_backend_registers_for_cuda_where_built():
     devices = dist.Backend.backend_capability["pycomm"]
     assert devices == (["cpu", "cuda"] if pycomm.cuda_built() else ["cpu"])

@@ -8,6 +8,8 @@ import torch.distributed as dist
 
 import pycomm
 
+pytestmark = pytest.mark.ranks
+
 
 def expect_error(fn, exc_type, pattern):
     try:
@@ -266,7 +268,7 @@ def test_bad_timeout_is_rejected(monkeypatch):
 
 def _with_env(env: dict, make):
     """make() with the variables `env` set (restored after): "no error", or its ValueError's text."""
-    from process_world import environ
+    from support.process_world import environ
 
     with environ(env):
         try:

@@ -20,10 +20,22 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import pycomm
-from process_world import ProcessWorld
+from support.process_world import ProcessWorld
+
+pytestmark = pytest.mark.ranks
 
 TIMEOUT_S = 2.0
 SLACK_S = 3.0  # a loaded 2-core host wakes a waiting rank late
+
+
+def backward_error(out):
+    """What DDP's backward of `out` raises (None if nothing), and the seconds it took."""
+    start = time.monotonic()
+    try:
+        out.sum().backward()
+    except Exception as e:  # noqa: BLE001 - what DDP raises is the point
+        return e, time.monotonic() - start
+    return None, time.monotonic() - start
 
 
 def ddp_error_case(path):
@@ -47,13 +59,7 @@ def ddp_error_case(path):
     model(torch.randn(2, 8)).sum().backward()  # a good step first
     out = model(torch.randn(2, 8))
     work = stray() if rank == 1 else None
-    start = time.monotonic()
-    caught = None
-    try:
-        out.sum().backward()
-    except Exception as e:  # noqa: BLE001 - what DDP raises is the point
-        caught = e
-    elapsed = time.monotonic() - start
+    caught, elapsed = backward_error(out)
     if work is not None:
         try:
             work.wait()
@@ -96,6 +102,7 @@ def test_ddp_errors_are_recognisable(worlds, path):
         assert r["elapsed"] < TIMEOUT_S + 10
 
 
+@pytest.mark.fast
 def test_matches_reads_types_and_text():
     timeout = pycomm.CommTimeout("rank 1: all_reduce #3: Timed out after 2 s")
     assert pycomm.CommError.matches(timeout) and pycomm.CommTimeout.matches(timeout)
@@ -150,13 +157,8 @@ def stall_before_backward_case(stall_s):
     out = model(torch.randn(2, 8))
     if rank == 1:
         time.sleep(stall_s)  # stalls before backward
-    start = time.monotonic()
-    caught = None
-    try:
-        out.sum().backward()
-    except Exception as e:  # noqa: BLE001 - what DDP raises is the point
-        caught = e
-    return {"timeouts": timeouts, "elapsed": time.monotonic() - start,
+    caught, elapsed = backward_error(out)
+    return {"timeouts": timeouts, "elapsed": elapsed,
             "CommTimeout.matches": caught is not None and pycomm.CommTimeout.matches(caught),
             "message": str(caught).splitlines()[0] if caught is not None else ""}
 

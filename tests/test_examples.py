@@ -6,14 +6,16 @@ import subprocess
 
 import pytest
 
-from torchrun_ranks import torchrun as run_ranks
+from support.torchrun_ranks import torchrun as run_ranks
+
+pytestmark = pytest.mark.examples
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RANKS = 4
 
 
 def torchrun(script, *args, ranks=RANKS, folder="examples"):
-    """Every rank's stdout, rank by rank (tests/torchrun_ranks.py: never interleaved)."""
+    """Every rank's stdout, rank by rank (tests/support/torchrun_ranks.py: never interleaved)."""
     try:
         res = run_ranks(os.path.join(ROOT, folder, script), *args, ranks=ranks)
     except subprocess.TimeoutExpired as e:

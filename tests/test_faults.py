@@ -4,8 +4,6 @@ bounded time, inputs are never half-written, nothing leaks.
 Each scenario that kills a rank runs in a world of its own, discarded after.
 """
 import os
-import signal
-import threading
 import time
 
 import pytest
@@ -13,7 +11,10 @@ import torch
 import torch.distributed as dist
 
 import pycomm
-from process_world import ProcessWorld, environ
+from support.dying_rank import die_now, die_soon, run_with_a_death
+from support.process_world import ProcessWorld, environ
+
+pytestmark = pytest.mark.ranks
 
 WORLD = 3
 VICTIM = 1
@@ -36,16 +37,11 @@ def die_during(count, when, stamp_path):
     pycomm_barrier = comm.barrier
     pycomm_barrier()
     if rank == VICTIM:
-        def kill_soon(delay):
-            time.sleep(delay)
-            with open(stamp_path, "w") as f:
-                f.write(repr(time.monotonic()))  # one clock for all processes of a host
-            os.kill(os.getpid(), signal.SIGKILL)
-
         if when == "between":
             comm.all_reduce(t)
-            kill_soon(0.2)
-        threading.Thread(target=kill_soon, args=(0.3,), daemon=True).start()
+            time.sleep(0.2)
+            die_now(stamp_path)
+        die_soon(stamp_path, 0.3)
         while True:
             t.copy_(input_for(rank, count))
             comm.all_reduce(t)
@@ -68,17 +64,9 @@ def die_during(count, when, stamp_path):
 @pytest.mark.parametrize("when,count", [("mid-large", 8 << 20), ("mid-small", 1000),
                                         ("between", 1000)])
 def test_dead_peer_is_named_within_two_seconds(tmp_path, when, count):
-    stamp = tmp_path / "death"
-    world = ProcessWorld(WORLD)
-    try:
-        results = world.run(die_during, count, when, str(stamp), may_die=(VICTIM,), timeout=120)
-    finally:
-        world.kill()
-    died = float(stamp.read_text())
-    for rank in range(WORLD):
-        if rank == VICTIM:
-            continue
-        error, seen, state, calls = results[rank]
+    results, died = run_with_a_death(ProcessWorld(WORLD), die_during, count, when,
+                                     dying_rank=VICTIM, stamp_path=tmp_path / "death")
+    for rank, (error, seen, state, calls) in results.items():
         assert error is not None and f"rank {VICTIM}" in error and "exited" in error, error
         assert seen - died < 2.0, f"rank {rank} noticed after {seen - died:.2f} s"
         print(f"[fault] peer killed {when}: rank {rank} raised CommTimeout "

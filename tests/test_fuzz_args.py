@@ -1,12 +1,15 @@
 """Hypothesis over shapes, strides, dtypes, devices and ops on one rank: every
 call either works correctly or raises TypeError / ValueError; the process
 never crashes (a crash would fail the run with "rank 0 died")."""
+import pytest
 import torch
 import torch.distributed as dist
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pycomm
+
+pytestmark = pytest.mark.ranks
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8,
           torch.int32, torch.int64, torch.int16, torch.bool, torch.complex64]

@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "bench"))
-from harness import collectives, patterns, sizes, timing, verdicts  # noqa: E402
-from harness.table import Column, Table, cell  # noqa: E402
+from harness import collectives, patterns, sizes, timing, verdicts
+from harness.table import Column, Table, cell
+from pycomm.tools import results_schema as schema
 
-from pycomm.tools import results_schema as schema  # noqa: E402
+pytestmark = pytest.mark.fast
+
+REPO = Path(__file__).resolve().parent.parent
 
 SCALAR = types.SimpleNamespace(maximum=max, minimum=min)  # xp for plain Python ints
 

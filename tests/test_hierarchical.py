@@ -5,23 +5,29 @@ pose as several hosts through PYCOMM_HOST_ID.
 Layouts: 4 ranks as 2 hosts x 2 ranks (torchrun's order), and 3 ranks as 2 + 1
 with the hosts interleaved (host a: ranks 0 and 2, host b: rank 1), where the
 algorithms that need equal hosts fall back. Every collective runs the backend
-tests' own grids (tests/test_backend_collectives.py: the same self-computed
+tests' own grids (tests/test_backend_*.py: the same self-computed
 references, results compared bitwise across ranks), once per layout in one
 process world each. Then DDP (no hook, and pycomm.ring_hook through the direct
 API) against plain DDP on gloo, and a rank killed on one "host".
 """
-import os
-import signal
-import threading
 import time
 
 import pytest
 import torch
 import torch.distributed as dist
 
-import test_backend_collectives as grids
 from conftest import segments_of
-from process_world import ProcessWorld
+from support.collective_checks import BIG, COUNTS, Checks, check, reduce_reference, reduction_input
+from support.dying_rank import die_soon, run_with_a_death
+from support.process_world import ProcessWorld, WorldPool
+from test_backend_async import async_case, coalesced_case
+from test_backend_groups import forwarded_case
+from test_backend_moves import (all_gather_grid, all_to_all_grid, barrier_case, broadcast_grid,
+                                moves_every_dtype_case)
+from test_backend_reductions import (all_reduce_grid, big_case, more_dtypes_grid, reduce_grid,
+                                     reduce_scatter_grid)
+
+pytestmark = pytest.mark.ranks
 
 LAYOUTS = {"2x2": ["host-a", "host-a", "host-b", "host-b"], "2+1": ["host-a", "host-b", "host-a"]}
 TIMEOUT = 30.0
@@ -33,25 +39,17 @@ def host_env(hosts, **extra):
 
 @pytest.fixture(scope="module")
 def layout_worlds():
-    started = {}
-
-    def get(name):
-        w = started.get(name)
-        if w is None or not w.alive() or w.failed:
-            if w is not None:
-                w.kill()
-            w = started[name] = ProcessWorld(len(LAYOUTS[name]), TIMEOUT, backend="cpu:pycomm",
-                                             env=host_env(LAYOUTS[name]))
-        return w
-
-    yield get
-    for w in started.values():
-        w.kill() if w.failed else w.close()
+    """layout_worlds(name): a world of LAYOUTS[name], started once for the module."""
+    pool = WorldPool(lambda name: ProcessWorld(len(LAYOUTS[name]), TIMEOUT, backend="cpu:pycomm",
+                                               env=host_env(LAYOUTS[name])))
+    yield pool
+    pool.close()
 
 
 # ---------------------------------------------------------------------------
 # The layout, without processes.
 
+@pytest.mark.fast
 def test_layout_orders_hosts_by_lowest_rank():
     from pycomm.topology import HostLayout
 
@@ -62,6 +60,7 @@ def test_layout_orders_hosts_by_lowest_rank():
     assert HostLayout.from_identities(["x"] * 3).all_reduce_algorithm(1 << 20).startswith("shared")
 
 
+@pytest.mark.fast
 def test_all_reduce_algorithm_by_size_and_layout():
     from pycomm.topology import HostLayout
 
@@ -90,23 +89,21 @@ def test_every_collective_matches_references(layout_worlds, layout):
     world = layout_worlds(layout)
     n = len(LAYOUTS[layout])
     started = time.monotonic()
-    grids.check(world.run(grids.all_reduce_grid, grids.COUNTS + [(1 << 20) + 3]),
-                f"all_reduce {layout}")
-    grids.check(world.run(grids.reduce_grid, [0, 7, 1023, 65537]), f"reduce {layout}")
-    grids.check(world.run(grids.reduce_scatter_grid, [0, 1, 7, 1023, 65537]),
-                f"reduce_scatter {layout}")
-    grids.check(world.run(grids.broadcast_grid, grids.COUNTS), f"broadcast {layout}")
-    grids.check(world.run(grids.all_gather_grid, grids.COUNTS), f"all_gather {layout}")
-    grids.check(world.run(grids.all_to_all_grid), f"all_to_all {layout}")
-    grids.check(world.run(grids.coalesced_case), f"coalesced {layout}")
-    grids.check(world.run(grids.async_case, 3), f"async {layout}")
-    grids.check(world.run(grids.big_case, grids.BIG), f"16M {layout}")
-    grids.check(world.run(grids.forwarded_case), f"forwarded {layout}")
+    check(world.run(all_reduce_grid, COUNTS + [(1 << 20) + 3]), f"all_reduce {layout}")
+    check(world.run(reduce_grid, [0, 7, 1023, 65537]), f"reduce {layout}")
+    check(world.run(reduce_scatter_grid, [0, 1, 7, 1023, 65537]), f"reduce_scatter {layout}")
+    check(world.run(broadcast_grid, COUNTS), f"broadcast {layout}")
+    check(world.run(all_gather_grid, COUNTS), f"all_gather {layout}")
+    check(world.run(all_to_all_grid), f"all_to_all {layout}")
+    check(world.run(coalesced_case), f"coalesced {layout}")
+    check(world.run(async_case, 3), f"async {layout}")
+    check(world.run(big_case, BIG), f"16M {layout}")
+    check(world.run(forwarded_case), f"forwarded {layout}")
     # The dtypes gloo does not reduce or move cross as ones it does (int16 and the unsigned
     # types widened, uint64's bits, bytes).
-    grids.check(world.run(grids.more_dtypes_grid, [0, 1, 7, 1023, 65537]), f"more dtypes {layout}")
-    grids.check(world.run(grids.moves_every_dtype_case, [0, 6, 1023 * 6]), f"moves {layout}")
-    results = world.run(grids.barrier_case)
+    check(world.run(more_dtypes_grid, [0, 1, 7, 1023, 65537]), f"more dtypes {layout}")
+    check(world.run(moves_every_dtype_case, [0, 6, 1023 * 6]), f"moves {layout}")
+    results = world.run(barrier_case)
     for i in range(5):
         late = results[0][0][i][0]
         entered = results[late][0][i][1]
@@ -124,17 +121,16 @@ def direct_api_case():
     import pycomm
 
     rank, world = dist.get_rank(), dist.get_world_size()
-    c = grids.Checks()
+    c = Checks()
     for count in (0, 5, 1023, 300_001):
         for op in ("sum", "avg", "max", "min", "product"):
             key = ("direct", op, count)
-            inputs = [grids.reduction_input(key, r, count, torch.float32, op, world)
+            inputs = [reduction_input(key, r, count, torch.float32, op, world)
                       for r in range(world)]
             y = inputs[rank].clone()
             pycomm.all_reduce(y, op=op)
-            want = grids.reduce_reference(inputs, op, None, torch.float32, world)
-            c.equal(f"pycomm.all_reduce {op} n={count}", y, want)
-            c.digest(f"pycomm.all_reduce {op} n={count}", y)
+            want = reduce_reference(inputs, op, None, torch.float32, world)
+            c.equal_everywhere(f"pycomm.all_reduce {op} n={count}", y, want)
             z = inputs[rank].clone()
             work = pycomm.all_reduce(z, op=op, async_op=True)
             got = work.get_future().wait()  # [z], as on one host and as torch's Work
@@ -145,7 +141,7 @@ def direct_api_case():
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_direct_api_across_hosts(layout_worlds, layout):
-    grids.check(layout_worlds(layout).run(direct_api_case), f"pycomm.all_reduce {layout}")
+    check(layout_worlds(layout).run(direct_api_case), f"pycomm.all_reduce {layout}")
 
 
 # ---------------------------------------------------------------------------
@@ -169,14 +165,8 @@ def die_during_all_reduce(stamp_path):
     t = torch.ones(1 << 20)
     dist.all_reduce(t)  # every rank is up
 
-    def kill_soon():
-        time.sleep(0.3)
-        with open(stamp_path, "w") as f:
-            f.write(repr(time.monotonic()))
-        os.kill(os.getpid(), signal.SIGKILL)
-
     if rank == VICTIM:
-        threading.Thread(target=kill_soon, daemon=True).start()
+        die_soon(stamp_path, 0.3)
     calls, error = 0, None
     try:
         while True:
@@ -188,20 +178,12 @@ def die_during_all_reduce(stamp_path):
 
 
 def test_killed_rank_on_one_host_makes_both_hosts_raise(tmp_path):
-    stamp = tmp_path / "death"
     timeout = 10.0
     world = ProcessWorld(4, timeout, backend="cpu:pycomm", env=[
         dict(e, PYCOMM_TIMEOUT=str(timeout)) for e in host_env(LAYOUTS["2x2"])])
-    pids = world.pids
-    try:
-        results = world.run(die_during_all_reduce, str(stamp), may_die=(VICTIM,), timeout=120)
-    finally:
-        world.kill()
-    died = float(stamp.read_text())
-    for rank in range(4):
-        if rank == VICTIM:
-            continue
-        error, seen, calls = results[rank]
+    results, died = run_with_a_death(world, die_during_all_reduce, dying_rank=VICTIM,
+                                     stamp_path=tmp_path / "death")
+    for rank, (error, seen, calls) in results.items():
         assert error is not None, f"rank {rank}: no error"
         name, is_runtime_error, msg = error
         # pycomm's CommError/CommTimeout are RuntimeErrors, as are gloo's.
@@ -209,4 +191,4 @@ def test_killed_rank_on_one_host_makes_both_hosts_raise(tmp_path):
         assert seen - died < timeout + 5, f"rank {rank} raised {seen - died:.1f} s after the kill"
         print(f"[fault] 2x2, rank {VICTIM} killed: rank {rank} raised {name} "
               f"{seen - died:.2f} s later: {msg}")
-    assert not segments_of(pids), f"left in /dev/shm: {segments_of(pids)}"
+    assert not segments_of(world.pids), f"left in /dev/shm: {segments_of(world.pids)}"

@@ -16,6 +16,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import pycomm
 
+pytestmark = pytest.mark.ranks
+
 
 class SmallCNN(nn.Module):
     def __init__(self):

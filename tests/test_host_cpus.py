@@ -6,6 +6,8 @@ import pytest
 
 from pycomm import host_cpus
 
+pytestmark = pytest.mark.fast
+
 
 def _fake_sys(tmp_path, nodes, packages):
     """A sysfs tree with `nodes` {node: cpulist} and `packages` {cpu: socket}."""

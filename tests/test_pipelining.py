@@ -19,16 +19,15 @@ test relies on torch.distributed's calls only.
 import os
 import sys
 import traceback
-from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
 
-from process_world import RankFailed, reference_group
+from harness import pipeline_model as pm
+from support.process_world import RankFailed, reference_group
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-from harness import pipeline_model as pm  # noqa: E402
+pytestmark = pytest.mark.ranks
 
 WORLD = 4          # one stage a rank
 HIDDEN = 16

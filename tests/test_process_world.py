@@ -5,7 +5,9 @@ import os
 
 import pytest
 
-from process_world import RankFailed
+from support.process_world import RankFailed
+
+pytestmark = pytest.mark.ranks
 
 
 def _fail():

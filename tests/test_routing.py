@@ -4,6 +4,8 @@ import pytest
 
 from pycomm import _C, config, routing
 
+pytestmark = pytest.mark.fast
+
 
 def test_the_table_names_every_collective_plan_and_algorithm():
     assert routing.COLLECTIVES[:7] == ("all_reduce", "broadcast", "reduce", "all_gather",

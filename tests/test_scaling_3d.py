@@ -11,6 +11,8 @@ from pycomm.tools.cli import main
 from pycomm.tools.scaling import Interconnect, Layout3D, Links3D, TransformerShape, predict_3d
 from pycomm.tools.scaling import three_d
 
+pytestmark = pytest.mark.fast
+
 TP_LINK = Interconnect("t", 1e-6, 100e9)
 PP_LINK = Interconnect("p", 10e-6, 10e9)
 DP_LINK = Interconnect("d", 20e-6, 20e9)

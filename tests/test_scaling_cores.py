@@ -4,6 +4,8 @@ import pytest
 
 from pycomm.tools.scaling import cores
 
+pytestmark = pytest.mark.fast
+
 # thread_scaling's output as the GPU machine's host printed it (2026-12-04), two launches.
 OUTPUT = """\
 vector path: avx2+f16c; 64 MiB a buffer; 16 core(s) in this process's affinity

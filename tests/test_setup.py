@@ -14,6 +14,8 @@ import pytest
 
 from conftest import pycomm_segments, pycomm_sockets
 
+pytestmark = pytest.mark.ranks
+
 
 def _rank(rank, world, port, behaviour, env, out):
     os.environ.update(env)

@@ -18,11 +18,12 @@ import textwrap
 import pytest
 
 from conftest import pycomm_segments, pycomm_sockets
-from process_world import ProcessWorld, validating_on_gloo
+from support.process_world import ProcessWorld, validating_on_gloo
 
 from pycomm.tools.doctor import mapped_segment_bytes
 
-pytestmark = pytest.mark.skipif(validating_on_gloo(), reason="pycomm's own memory")
+pytestmark = [pytest.mark.fast,
+              pytest.mark.skipif(validating_on_gloo(), reason="pycomm's own memory")]
 
 
 def group_memory_case():
@@ -54,6 +55,7 @@ def group_memory_case():
                 expected=[float(world * prev)] * 4, in_dev_shm=in_dev_shm, **cost)
 
 
+@pytest.mark.ranks
 @pytest.mark.parametrize("transport", ["memfd", "posix"])
 def test_a_group_maps_its_session_then_a_channel_per_pair_that_talks(transport, tmp_path):
     # posix: in a folder of its own, so that a small /dev/shm is no matter.
@@ -102,6 +104,7 @@ def disagreeing_case(transport_of_rank):
     return None
 
 
+@pytest.mark.ranks
 def test_ranks_that_take_no_transport_in_common_fail_on_every_rank(worlds):
     messages = worlds(2).run(disagreeing_case, {0: "memfd", 1: "posix"}, timeout=120)
     for m in messages:

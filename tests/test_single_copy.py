@@ -13,7 +13,9 @@ import torch.distributed as dist
 
 import pycomm
 from pycomm import _C, routing
-from process_world import reference_group
+from support.process_world import reference_group
+
+pytestmark = pytest.mark.ranks
 
 
 def _route(collective, nbytes, single_copy=True, local_size=2, min_bytes=32 << 10, rooted_max=1 << 20, **kw):
@@ -22,6 +24,7 @@ def _route(collective, nbytes, single_copy=True, local_size=2, min_bytes=32 << 1
                          direct_max_bytes=64 << 10, **kw).algorithm
 
 
+@pytest.mark.fast
 def test_the_table_takes_the_single_copy_where_it_was_measured_to_win():
     for c in ("all_gather", "reduce_scatter", "broadcast", "gather", "scatter"):
         assert _route(c, 1 << 20) == "single_copy"
@@ -58,6 +61,7 @@ def defaults(monkeypatch):
     return monkeypatch
 
 
+@pytest.mark.fast
 def test_the_thresholds_are_read_from_their_variables(defaults):
     monkeypatch = defaults
 
@@ -75,6 +79,7 @@ def test_the_thresholds_are_read_from_their_variables(defaults):
         config.communicator_config(2, 1.0)
 
 
+@pytest.mark.fast
 def test_doctor_says_whether_and_why(defaults):
     from pycomm.tools import doctor
 
@@ -182,14 +187,24 @@ def _collectives(threshold_kb):
         if not torch.equal(got, want):
             bad.append(label)
 
+    def alike(label, collective, make_out, *args, **kwargs):
+        """collective(out, *args) on pycomm's group and on gloo's, each into an output of its
+        own from make_out(): the two must be bitwise the same. Returns gloo's."""
+        got, want = make_out(), make_out()
+        collective(got, *args, group=group, **kwargs)
+        collective(want, *args, group=ref, **kwargs)
+        same(label, got, want)
+        return want
+
+    def unset(count, dtype):
+        """An output that holds no right answer by chance before the collective."""
+        return lambda: torch.full((count,), 77, dtype=dtype)
+
     for n in SIZES:
         for dtype in (torch.float32, torch.bfloat16, torch.int64):
             g = torch.Generator().manual_seed(n * 7 + rank)
             x = torch.randint(-50, 50, (n,), generator=g).to(dtype)
-            a, b = x.clone(), x.clone()
-            dist.all_reduce(a, group=group)
-            dist.all_reduce(b, group=ref)
-            same(f"all_reduce {n} {dtype}", a, b)
+            b = alike(f"all_reduce {n} {dtype}", dist.all_reduce, x.clone)
             y = x.clone()
             pycomm.all_reduce(y, group=group)  # the direct API, restore_on_failure by default
             same(f"pycomm.all_reduce {n} {dtype}", y, b)
@@ -197,26 +212,16 @@ def _collectives(threshold_kb):
             pycomm.all_reduce(y, group=group, algorithm="single_copy")
             same(f"pycomm.all_reduce single_copy {n} {dtype}", y, b)
             for root in range(world):
-                a, b = x.clone(), x.clone()
-                dist.broadcast(a, root, group=group)
-                dist.broadcast(b, root, group=ref)
-                same(f"broadcast {n} {dtype} root {root}", a, b)
-            out, want = torch.empty(n * world, dtype=dtype), torch.empty(n * world, dtype=dtype)
-            dist.all_gather_into_tensor(out, x, group=group)
-            dist.all_gather_into_tensor(want, x, group=ref)
-            same(f"all_gather {n} {dtype}", out, want)
+                alike(f"broadcast {n} {dtype} root {root}", dist.broadcast, x.clone, root)
+            want = alike(f"all_gather {n} {dtype}", dist.all_gather_into_tensor,
+                         unset(n * world, dtype), x)
             outs = [torch.full((n,), 77, dtype=dtype) for _ in range(world)]
             dist.all_gather(outs, x, group=group)
             same(f"all_gather list {n} {dtype}", torch.cat(outs), want)
             big = torch.randint(-50, 50, (n * world,), generator=g).to(dtype)
-            o, w = torch.empty(n, dtype=dtype), torch.empty(n, dtype=dtype)
-            dist.reduce_scatter_tensor(o, big, group=group)
-            dist.reduce_scatter_tensor(w, big, group=ref)
-            same(f"reduce_scatter {n} {dtype}", o, w)
-            o, w = torch.empty(n * world, dtype=dtype), torch.empty(n * world, dtype=dtype)
-            dist.all_to_all_single(o, big, group=group)
-            dist.all_to_all_single(w, big, group=ref)
-            same(f"all_to_all {n} {dtype}", o, w)
+            alike(f"reduce_scatter {n} {dtype}", dist.reduce_scatter_tensor, unset(n, dtype), big)
+            alike(f"all_to_all {n} {dtype}", dist.all_to_all_single, unset(n * world, dtype),
+                  big)
             root = n % world
             gl = [torch.full((n,), 77, dtype=dtype) for _ in range(world)] if rank == root else None
             gw = [torch.empty(n, dtype=dtype) for _ in range(world)] if rank == root else None
@@ -225,10 +230,7 @@ def _collectives(threshold_kb):
             if rank == root:
                 same(f"gather {n} {dtype}", torch.cat(gl), torch.cat(gw))
             sl = [x + r for r in range(world)] if rank == root else None
-            o, w = torch.full((n,), 77, dtype=dtype), torch.empty(n, dtype=dtype)
-            dist.scatter(o, sl, src=root, group=group)
-            dist.scatter(w, sl, src=root, group=ref)
-            same(f"scatter {n} {dtype}", o, w)
+            alike(f"scatter {n} {dtype}", dist.scatter, unset(n, dtype), sl, src=root)
     dist.destroy_process_group(group)
     return bad
 

@@ -21,9 +21,10 @@ import time
 import pytest
 
 from conftest import pycomm_sockets
-from process_world import reference_group, validating_on_gloo
+from support.process_world import reference_group, validating_on_gloo
 
-pytestmark = pytest.mark.skipif(validating_on_gloo(), reason="pycomm's own servers and files")
+pytestmark = [pytest.mark.fast,
+              pytest.mark.skipif(validating_on_gloo(), reason="pycomm's own servers and files")]
 
 NOBODY = 65534
 AS_ROOT = os.geteuid() == 0
@@ -148,6 +149,7 @@ def stranger_at_first_send_case(action, extra, uid):
     return len(names), elapsed, x.tolist() == list(range(1000)), y.tolist() == [3.0] * 100
 
 
+@pytest.mark.ranks
 @pytest.mark.parametrize("uid", [OTHER_USER, SAME_USER])
 def test_silent_connections_do_not_stall_a_group(backend_worlds, uid):
     """Issue 45, hole 1: 16 silent connections to each of the group's servers
@@ -160,6 +162,7 @@ def test_silent_connections_do_not_stall_a_group(backend_worlds, uid):
         assert elapsed < 3.0, f"the first send took {elapsed:.1f} s with the stranger's connections held"
 
 
+@pytest.mark.ranks
 @pytest.mark.parametrize("uid", [OTHER_USER, SAME_USER])
 def test_a_stranger_cannot_take_a_ranks_address_first(backend_worlds, uid):
     """Issue 45, hole 2: rank 1 bound pycomm-<group id>-1 only at its first
@@ -251,6 +254,7 @@ def everything_in_the_store_case():
     return names, seen, answers, x.tolist() == list(range(64)) and y.tolist() == [2.0] * 8
 
 
+@pytest.mark.ranks
 def test_what_the_store_holds_opens_nothing(backend_worlds):
     """Issue 45, hole 4: `memfd:<gid>:<secret>` stayed in the TCPStore, and a
     second process of the same user mapped a live point-to-point channel with

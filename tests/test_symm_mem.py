@@ -17,9 +17,10 @@ import torch.distributed as dist
 import torch.distributed._symmetric_memory as symm_mem
 
 import pycomm  # noqa: F401 - registers the CPU allocator and kernels
-from process_world import TEST_BACKEND, ProcessWorld, validating_on_gloo
+from support.process_world import TEST_BACKEND, ProcessWorld, validating_on_gloo
 
-pytestmark = pytest.mark.skipif(validating_on_gloo(), reason="symmetric memory is pycomm's")
+pytestmark = [pytest.mark.ranks,
+              pytest.mark.skipif(validating_on_gloo(), reason="symmetric memory is pycomm's")]
 
 SLACK = 3.0  # seconds: a loaded 2-core host wakes a waiting rank late
 
@@ -283,6 +284,7 @@ def test_op_errors_name_the_argument(backend_worlds):
         assert after == [2.0] * 8
 
 
+@pytest.mark.fast
 def test_every_symm_mem_op_is_served_or_refused_on_cpu():
     """No op of this torch's symm_mem namespace meets the dispatcher's bare "could not run"
     on a CPU tensor: each has pycomm's kernel or pycomm's refusal (but _rendezvous and

@@ -9,8 +9,10 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from dtypes_under_test import DTYPES, MORE_INTEGERS
-from process_world import ProcessWorld, thread_names
+from support.dtypes_under_test import DTYPES, MORE_INTEGERS
+from support.process_world import ProcessWorld, thread_names
+
+pytestmark = pytest.mark.fast
 
 FLOAT_OPS = ["sum", "avg", "min", "max", "product", "premul_sum"]
 INT_OPS = ["sum", "min", "max", "product", "band", "bor", "bxor"]
@@ -115,6 +117,7 @@ def _teams_match_one_thread(team):
     return cases, differ, helpers, _team_threads()
 
 
+@pytest.mark.ranks
 @pytest.mark.parametrize("world_size,team", [(1, 2), (2, 4)])
 def test_a_team_gives_the_bytes_of_one_thread(world_size, team):
     w = ProcessWorld(world_size)
@@ -145,7 +148,7 @@ def test_team_perf_times_teams_in_turns_and_checks_their_values(tmp_path):
     and a speed-up per team and size (the speed-up of the first team 1 by definition)."""
     import json
 
-    from bench_script import run_script
+    from support.bench_script import run_script
 
     out = tmp_path / "teams.json"
     stdout, _ = run_script("team_perf.py", ["--nproc", "1", "--threads", "1,2", "-b", "1M", "-e",

@@ -8,16 +8,13 @@ spawn per test takes half an hour), and holds pycomm to gloo's outcome test by
 test. The tests whose outcome differs for a reason that is torch's, not
 pycomm's, are listed with it in tests/torch_suite/differences.py.
 """
-import os
-import sys
-
 import pytest
+import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "torch_suite"))
+from torch_suite.differences import differences_for
+from torch_suite.runner import compare, run_suite
 
-import torch  # noqa: E402
-from differences import differences_for  # noqa: E402
-from runner import compare, run_suite  # noqa: E402
+pytestmark = pytest.mark.torch_suite
 
 pytest.importorskip("expecttest")  # the suite imports it (scripts/setup.sh installs it)
 

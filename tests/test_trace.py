@@ -1,13 +1,14 @@
 """pycomm.tools.trace (the job trace every communicator writes while it is on) and the
 names of pycomm's threads, which the DDP bench reads to split a step into parts."""
-import os
 import time
 
 import pytest
 import torch
 import torch.distributed as dist
 
-from process_world import thread_names, validating_on_gloo
+from support.process_world import thread_names, validating_on_gloo
+
+pytestmark = pytest.mark.ranks
 
 
 def _direct_api_jobs():
@@ -67,10 +68,8 @@ def test_backend_jobs_carry_their_collective_names(backend_worlds):
         assert all(j[3] and j[4] for j in jobs)
 
 
+@pytest.mark.fast
 def test_step_parts_from_marks_and_jobs():
-    import sys
-
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
     from harness.step_parts import step_parts, union_length
     from pycomm.tools.trace import Job
 
@@ -89,10 +88,8 @@ def test_step_parts_from_marks_and_jobs():
     assert p["buckets"] == 0 and p["finalize"] is None and p["queue"] is None
 
 
+@pytest.mark.fast
 def test_thread_cpu_counts_this_thread_as_main():
-    import sys
-
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
     from harness import thread_cpu
 
     before = thread_cpu.snapshot()

@@ -8,7 +8,9 @@ import subprocess
 
 import pytest
 
-from torchrun_ranks import torchrun
+from support.torchrun_ranks import torchrun
+
+pytestmark = pytest.mark.examples
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 4

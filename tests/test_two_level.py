@@ -13,11 +13,14 @@ import torch.distributed as dist
 
 import pycomm
 from pycomm import routing
-from torchrun_ranks import torchrun
+from support.torchrun_ranks import torchrun
+
+pytestmark = pytest.mark.ranks
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts", "numa_two_level.py")
 
 
+@pytest.mark.fast
 def test_the_table_takes_two_level_where_it_moves_no_more_bytes_than_the_ring():
     def algo(nbytes, domains=2, local_size=12, two_level="auto", **kw):
         return routing.route("all_reduce", local_size=local_size, count=nbytes // 4, domains=domains,
@@ -48,6 +51,7 @@ def test_the_table_takes_two_level_where_it_moves_no_more_bytes_than_the_ring():
         algo(1 << 20, two_level="yes")
 
 
+@pytest.mark.fast
 def test_the_settings_are_read_from_their_variables(monkeypatch):
     def algo():
         return routing.all_reduce_route(hosts=1, local_size=4, nbytes=1 << 20, domains=2).algorithm
@@ -114,11 +118,12 @@ def test_two_level_can_be_asked_for_by_name(worlds):
     assert worlds(3).run(_two_level_on_one_domain) == [True] * 3
 
 
+@pytest.mark.fast
 def test_numa_perf_pins_ranks_to_nodes_and_times_the_forms_in_turns(tmp_path, monkeypatch):
     """bench/numa_perf.py on this host of one node: two posed nodes, every form exact, auto
     (PYCOMM_TWO_LEVEL=on) taking two_level above its threshold and the one-shot below, a time
     for every column."""
-    from bench_script import run_script
+    from support.bench_script import run_script
 
     monkeypatch.setenv("PYCOMM_TWO_LEVEL", "on")
     out = tmp_path / "numa.json"

@@ -249,3 +249,32 @@ class ProcessWorld:
                     pass
             p.join(timeout=10)
         self.kill()
+
+    def end(self):
+        """Closes the world, or kills it where a test failed in it (its ranks may not answer)."""
+        self.kill() if self.failed else self.close()
+
+
+class WorldPool:
+    """Worlds started once and kept across tests: pool(key) is the world make(key) started.
+    A world in which a test failed is replaced, as a dead one is: one failure (an aborted
+    communicator, a rank left out of step) must not fail every later test of that key for
+    the same cause."""
+
+    def __init__(self, make):
+        self._make, self._started = make, {}
+
+    def __call__(self, key):
+        w = self._started.get(key)
+        if w is None or not w.alive() or w.failed:
+            if w is not None:
+                w.kill()
+            w = self._started[key] = self._make(key)
+        return w
+
+    def pids(self) -> list:
+        return [pid for w in self._started.values() for pid in w.pids]
+
+    def close(self):
+        for w in self._started.values():
+            w.end()
