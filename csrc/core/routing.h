@@ -1,7 +1,7 @@
 // The one routing table: what runs a collective and how, from what every rank
 // of a group knows alike (the collective, the layout of its hosts, the
 // message's size, the settings, the algorithm the caller asked for), so every
-// rank routes the same way. The c10d front-end (csrc/torch/frontend.cpp) asks
+// rank routes the same way. The c10d front-end (csrc/torch/frontend*.cpp) asks
 // it once per call and hands its whole answer down: the plans and the core's
 // collectives run the algorithm they are given and never choose again. Python
 // reads the same rule (pycomm/routing.py): `pycomm doctor`,

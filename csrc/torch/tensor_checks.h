@@ -33,7 +33,7 @@ void check_like(const at::Tensor& t, const char* arg, at::ScalarType dtype, int6
                 const char* reference);
 
 // The shapes of the collectives whose flat and hierarchical forms share them
-// (frontend.cpp, for every plan); outputs are checked writable.
+// (frontend_collectives.cpp, for every plan); outputs are checked writable.
 // all_gather into tensors: output i holds world x input i.
 void check_all_gather_pairs(const std::vector<at::Tensor>& outputs,
                             const std::vector<at::Tensor>& inputs, int world);
