@@ -24,7 +24,8 @@ DESCRIPTIONS = {
     "direct": "one shot through the shared-memory slots",
     "ring": "the pipelined shared-memory ring",
     "pairwise": "pairwise shared-memory steps",
-    "two_shot": "CUDA IPC on one host: each rank reduces its chunk from every peer, then gathers",
+    "two_shot": "each rank reduces its chunk from every peer, then gathers: CUDA IPC on one "
+                "host, or in place in a CPU tensor in the group's symmetric memory",
     "leader": "reduce to each host's first rank, gloo among those leaders, broadcast back",
     "rs-ar-ag": "shared-memory reduce-scatter, gloo all-reduce of a 1/L shard per local "
                 "index, shared-memory all-gather",
@@ -52,13 +53,15 @@ def route(collective: str, *, hosts: int = 1, local_size: int = 1, uniform: bool
           contiguous: bool = True, domains: int = 1, smallest_domain: Optional[int] = None,
           two_level: Optional[str] = None, two_level_min_bytes: Optional[int] = None,
           single_copy: bool = False, single_copy_min_bytes: Optional[int] = None,
-          single_copy_rooted_max_bytes: Optional[int] = None) -> Route:
+          single_copy_rooted_max_bytes: Optional[int] = None, symmetric: bool = False) -> Route:
     """The route of `collective` with `count` elements of `itemsize` bytes per rank's input
     (all_reduce: the tensor) on `hosts` hosts of `local_size` ranks, pinned to `domains`
     NUMA domains (one host; 1: one, or not pinned) of at least `smallest_domain` ranks each
     (default: the ranks split evenly); two_level and the thresholds default to the settings
     (csrc/core/settings.h, with their PYCOMM_* overrides). `single_copy`: whether the ranks
     read each other's memory (a group's probe decides it at set-up: Communicator.single_copy).
+    `symmetric`: an all_reduce's tensor lies in the group's symmetric memory
+    (symm_mem.empty(..., device="cpu"), rendezvoused on the group).
     `dtype` (a reducible dtype's name, or "opaque"), `op` and `contiguous` decide only where
     CUDA tensors go."""
     if leader_max_bytes is None:
@@ -83,7 +86,8 @@ def route(collective: str, *, hosts: int = 1, local_size: int = 1, uniform: bool
                            smallest_domain=smallest_domain, two_level=two_level,
                            two_level_min_bytes=two_level_min_bytes, single_copy=single_copy,
                            single_copy_min_bytes=single_copy_min_bytes,
-                           single_copy_rooted_max_bytes=single_copy_rooted_max_bytes))
+                           single_copy_rooted_max_bytes=single_copy_rooted_max_bytes,
+                           symmetric=symmetric))
 
 
 def all_reduce_route(*, hosts: int, local_size: int, nbytes: int, itemsize: int = 4,

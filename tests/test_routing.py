@@ -89,6 +89,16 @@ def test_the_table_picks_the_cuda_kernel_by_size(world, nbytes, expected):
     assert routing.route("all_reduce", cuda=True, local_size=world, count=nbytes // 4) == ("cuda", expected)
 
 
+def test_a_symmetric_tensor_the_ring_would_take_goes_two_shot_in_place():
+    big = dict(local_size=4, count=1 << 20, direct_max_bytes=64 << 10)
+    assert routing.route("all_reduce", **big) == ("host", "ring")
+    assert routing.route("all_reduce", symmetric=True, **big) == ("host", "two_shot")
+    assert routing.route("all_reduce", symmetric=True, local_size=4, count=16,
+                         direct_max_bytes=64 << 10) == ("host", "direct")
+    assert routing.route("all_reduce", symmetric=True, hosts=2, **big).plan == "hierarchical"
+    assert routing.route("all_gather", symmetric=True, **big) == ("host", "ring")
+
+
 def test_route_rejects_what_it_does_not_know():
     with pytest.raises(ValueError, match="collective: unknown collective 'allreduce'"):
         _C.route("allreduce")

@@ -57,16 +57,27 @@ bool takes_single_copy(const RouteQuery& q) {
   }
 }
 
+// all_reduce, all_gather and reduce_scatter: what was asked for, else the
+// single copy where it gains, else direct or the ring by size.
+Algorithm host_rule(const RouteQuery& q) {
+  if (q.requested != Algorithm::kAuto) return q.requested;
+  if (takes_single_copy(q)) return Algorithm::kSingleCopy;
+  return host_algorithm(q.bytes, q.local_size, q.direct_max_bytes);
+}
+
 Algorithm host_route(const RouteQuery& q) {
   switch (q.collective) {
-    case Collective::kAllReduce:
+    case Collective::kAllReduce: {
       if (q.requested == Algorithm::kAuto && takes_two_level(q)) return Algorithm::kTwoLevel;
-      [[fallthrough]];
+      // A symmetric tensor large enough for the ring is reduced where it lies,
+      // in every rank's copy, with no copy in or out. A small one keeps the
+      // one-shot: its copy into a slot costs less than the second
+      // synchronization an in-place reduction needs.
+      const Algorithm a = host_rule(q);
+      return a == Algorithm::kRing && q.symmetric ? Algorithm::kTwoShot : a;
+    }
     case Collective::kAllGather:
-    case Collective::kReduceScatter:
-      if (q.requested != Algorithm::kAuto) return q.requested;
-      if (takes_single_copy(q)) return Algorithm::kSingleCopy;
-      return host_algorithm(q.bytes, q.local_size, q.direct_max_bytes);
+    case Collective::kReduceScatter: return host_rule(q);
     case Collective::kBroadcast:
     case Collective::kGather:
     case Collective::kScatter:

@@ -1,7 +1,7 @@
 // The one routing table: what runs a collective and how, from what every rank
 // of a group knows alike (the collective, the layout of its hosts, the
 // message's size, the settings, the algorithm the caller asked for), so every
-// rank routes the same way. The c10d front-end (csrc/torch/frontend.cpp) asks
+// rank routes the same way. The c10d front-end (csrc/torch/frontend*.cpp) asks
 // it once per call and hands its whole answer down: the plans and the core's
 // collectives run the algorithm they are given and never choose again. Python
 // reads the same rule (pycomm/routing.py): `pycomm doctor`,
@@ -60,6 +60,11 @@ struct RouteQuery {
   DType dtype = DType::kFloat32;  // the core's element type (complex: its real component's)
   ReduceOp op = ReduceOp::kSum;   // the reduction (collectives that reduce)
   bool contiguous = true;  // every tensor is contiguous (the CUDA path stages none)
+  // all_reduce on one host: the tensor lies, contiguous, in symmetric memory
+  // rendezvoused on this group (csrc/torch/symmetric_memory.h), so every
+  // rank's copy is mapped and the ring's messages are reduced in place by
+  // two_shot instead.
+  bool symmetric = false;
   int hosts = 1;           // hosts the group spans
   bool uniform = true;     // every host has the same number of ranks
   int local_size = 1;      // ranks on a host (on this rank's host; uniform: on every host)
@@ -96,7 +101,7 @@ Route route(const RouteQuery& q);
 // which, so a block's two ends never disagree).
 // route() answers it for a call on one host (where the ranks span NUMA
 // domains of two ranks or more, an all_reduce the ring would run may take
-// two_level instead: routing.cpp); the
+// two_level instead, and one of a symmetric tensor two_shot: routing.cpp); the
 // hierarchical plan applies it to the host steps it composes (its own,
 // smaller, messages).
 Algorithm host_algorithm(size_t bytes_per_rank, int local_size, size_t direct_max_bytes);

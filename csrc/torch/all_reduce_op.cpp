@@ -31,18 +31,17 @@ void all_reduce_on_group(at::Tensor& tensor, core::ReduceOp op, const std::strin
     C10_THROW_ERROR(ValueError, c10::str(caller, ": group_name: no process group is registered as '",
                                          group_name, "' (pass group.group_name of a live group)"));
   }
-  c10d::AllreduceOptions opts;
-  opts.reduceOp = c10d_op_of(op);
   std::vector<at::Tensor> tensors{tensor};
   const c10::intrusive_ptr<c10d::Backend> backend = group->getBackend(tensor.device().type());
   if (auto* front = dynamic_cast<FrontEnd*>(backend.get())) {
-    opts.asyncOp = false;
-    FrontEnd::AllReduceCall call;
+    // Blocking, with the communicator's restore_on_failure (none stated).
+    AllReduceCall call;
+    call.reduction.op = op;
     call.blocking = true;
-    call.restore = front->communicator()->config().tuning.restore_on_failure;
-    c10::intrusive_ptr<c10d::Work> work = front->all_reduce(tensors, opts, call);
-    if (work) work->wait();  // the fallback's (a dtype pycomm does not reduce)
+    front->all_reduce_call(tensors, std::move(call));
   } else {
+    c10d::AllreduceOptions opts;
+    opts.reduceOp = c10d_op_of(op);
     group->allreduce(tensors, opts)->wait();
   }
 }
@@ -50,10 +49,7 @@ void all_reduce_on_group(at::Tensor& tensor, core::ReduceOp op, const std::strin
 namespace {
 
 void all_reduce_(at::Tensor& tensor, const std::string& op, const std::string& group_name) {
-  core::ReduceOp o;
-  TORCH_CHECK_VALUE(to_core_op(op, &o), "all_reduce_: op: unknown reduction '", op, "'; expected one of ",
-                    joined_names(core::kReduceOps, core::op_name));
-  all_reduce_on_group(tensor, o, group_name, "all_reduce_");
+  all_reduce_on_group(tensor, Reduction::named(op, "all_reduce_: ").op, group_name, "all_reduce_");
 }
 
 // What torch.compile traces with: the tensor keeps its shape and dtype

@@ -27,7 +27,8 @@ core::DataRegion region_of(int world, const core::CommConfig& config) {
 // A team's helper spins between pieces only while the host has a core for it:
 // on oversubscribed cores its spin takes the time slice that its rank's caller
 // or a peer needs (2 ranks x 2 threads on 2 cores: 16 MiB all-reduce 7.1 ms
-// with the stream's 64 us spin, 4.5 ms without; 1.5 ms with no team at all).
+// with the stream's 64 us spin, 4.5 ms without; 1.5 ms with no team at all;
+// measured once, 2026-12-04: bench/team_perf.py times team sizes, not the spin).
 double team_spin_us(const core::CommConfig& config, int world) {
   cpu_set_t set;
   const int cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;

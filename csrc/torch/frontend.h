@@ -1,6 +1,6 @@
 // pycomm as a torch.distributed backend: the one c10d front-end, and the
 // front door of pycomm's own API too (pycomm.all_reduce and barrier enter
-// through all_reduce() and barrier() below, module.cpp). Every collective goes
+// through all_reduce_call() and barrier() below, module.cpp). Every collective goes
 // through the same steps, once: map the op, ask the routing table
 // (csrc/core/routing.h) what runs it and how (a plan, the CUDA path, or the
 // gloo fallback for what pycomm does not run), check the arguments, pack lists
@@ -20,6 +20,11 @@
 // tensors but the CUDA all-reduce's, what torch adds later) goes to a gloo
 // backend built on a prefixed copy of the same store, after pycomm's queued
 // work; pycomm's own API on one host has none, and refuses those calls.
+//
+// The class is defined over several files, one concern each: frontend.cpp
+// (routing, launching jobs, the backend's state), frontend_all_reduce.cpp
+// (the all-reduce entry and its call object), frontend_collectives.cpp (the
+// other collectives) and frontend_p2p.cpp (send and receive).
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -29,6 +34,8 @@
 #include <memory>
 
 #include "../core/call_profile.h"
+#include "all_reduce_call.h"
+#include "call_where.h"
 #include "communicator.h"
 #include "plan.h"
 #include "staged_tensor.h"
@@ -118,49 +125,20 @@ class FrontEnd : public c10d::Backend {
 
   const std::shared_ptr<Communicator>& communicator() const { return comm_; }
 
-  // What pycomm.all_reduce adds to c10d's options (module.cpp); c10d's
-  // allreduce and allreduce_coalesced take the defaults.
-  struct AllReduceCall {
-    // Asked for: kept where there is a choice (one host, CUDA); auto is the
-    // routing table's pick by size.
-    core::Algorithm algorithm = core::Algorithm::kAuto;
-    // Put the tensor back if the collective fails part way (CPU, one host).
-    bool restore = false;
-    // Run to the end and return no Work (null): the caller waits anyway.
-    bool blocking = false;
-    bool coalesced = false;  // allreduce_coalesced's (what its fallback gets)
-  };
-  // The one all-reduce entry.
-  c10::intrusive_ptr<c10d::Work> all_reduce(std::vector<at::Tensor>& tensors,
-                                            const c10d::AllreduceOptions& opts,
-                                            const AllReduceCall& call);
-
-  // What routing needs to know of a call's tensors.
-  struct Where {
-    bool cuda = false;        // one is on a CUDA device
-    bool sparse = false;      // one is sparse (or of another non-strided layout)
-    bool contiguous = true;   // every strided one is contiguous, with no conj or neg bit
-    bool typed = false;       // dtype is set: the first strided tensor's
-    at::ScalarType dtype = at::kFloat;
-  };
+  // The one all-reduce entry, where every way in meets (all_reduce_call.h):
+  // c10d's allreduce and allreduce_coalesced above, with c10d's options, and
+  // pycomm.all_reduce and torch.ops.pycomm.all_reduce_, with their own.
+  c10::intrusive_ptr<c10d::Work> all_reduce_call(std::vector<at::Tensor>& tensors, AllReduceCall call);
 
  private:
-  // The core's op for a c10d op, with PREMUL_SUM's factor.
-  struct Reduction {
-    core::ReduceOp op = core::ReduceOp::kSum;
-    bool premul = false;
-    double factor = 1.0;
-    bool native = true;  // false for an op pycomm does not know (c10d's UNUSED, later ones)
-  };
-  static Reduction reduction_of(const c10d::ReduceOp& op);
   // The routing table's query for a call: the plan's layout and thresholds,
-  // the call's tensors (`w`), reduction and requested algorithm; route_of
-  // adds a message's size.
-  core::RouteQuery query(core::Collective c, const Where& w, const Reduction& red,
+  // the call's tensors (`w`; the core's dtype of their first one, mapped
+  // here), reduction and requested algorithm; route_of adds a message's size.
+  core::RouteQuery query(core::Collective c, const CallWhere& w, const Reduction& red,
                          core::Algorithm requested = core::Algorithm::kAuto) const;
   // What runs a call whose messages' sizes decide nothing (the collectives
   // whose plan methods take no algorithm).
-  core::Runner runner_of(core::Collective c, const Where& w) const;
+  core::Runner runner_of(core::Collective c, const CallWhere& w) const;
   // The table's answer for a message of `sized`'s size per rank (`times`
   // copies of it: reduce_scatter's list); undefined: no size.
   static core::Route route_of(core::RouteQuery q, const at::Tensor& sized, int64_t times = 1);
@@ -169,6 +147,16 @@ class FrontEnd : public c10d::Backend {
   static std::vector<core::Algorithm> algorithms_of(const core::RouteQuery& q, const core::Route& first,
                                                     const std::vector<at::Tensor>& sized);
 
+  // The decisions of an all-reduce (all_reduce_call.h), made once: fills
+  // call.runner and, unless the fallback runs it, checks the tensors and
+  // fills call.steps.
+  void resolve(const std::vector<at::Tensor>& tensors, AllReduceCall& call) const;
+  // Whether `t` lies, contiguous, in the symmetric memory of this host's
+  // group (a field of the query `q`), filling `place`.
+  bool symmetric(const core::RouteQuery& q, const at::Tensor& t, SymmetricPlace* place) const;
+  c10::intrusive_ptr<c10d::Work> fallback_all_reduce(std::vector<at::Tensor>& tensors, const AllReduceCall& call);
+  c10::intrusive_ptr<c10d::Work> cuda_all_reduce(std::vector<at::Tensor>& tensors, AllReduceCall& call);
+
   // Runs `body` in the caller's thread when the caller waits anyway and the
   // communicator is idle; else queues it. `blocking`: returns null once done.
   template <class Body>
@@ -176,9 +164,8 @@ class FrontEnd : public c10d::Backend {
                                         Body body, bool async_op, bool blocking);
   // The same for a made job (a CUDA job carries its stream and devices).
   c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, Job job, bool async_op, bool blocking = false);
-  c10::intrusive_ptr<c10d::Work> cuda_all_reduce(std::vector<at::Tensor>& tensors, const Reduction& red,
-                                                 std::vector<core::Algorithm> algorithms, bool async_op,
-                                                 bool blocking);
+  // The Work of a job that has run already.
+  c10::intrusive_ptr<c10d::Work> finished(c10d::OpType type, Job job) const;
   c10::intrusive_ptr<c10d::Work> all_gather_tensors(std::vector<at::Tensor>& outputs,
                                                     std::vector<at::Tensor>& inputs,
                                                     std::vector<core::Algorithm> algorithms, bool async_op);

@@ -118,6 +118,19 @@ void remote(const core::Context& ctx, const char* what,
   wait_remote(ctx, what, issue_remote(ctx, what, issue));
 }
 
+// `out` ends as `backend`'s reduce-scatter of `in` (world x `out`), in a dtype
+// gloo takes (for_gloo); avg sums (the division comes once, after).
+void gloo_reduce_scatter(const core::Context& ctx, c10d::Backend& backend, const at::Tensor& out,
+                         const at::Tensor& in, core::ReduceOp op) {
+  at::Tensor o = for_gloo(out, op), i = for_gloo(in, op);
+  remote(ctx, "reduce_scatter", [&] {
+    c10d::ReduceScatterOptions opts;
+    opts.reduceOp = c10d_op(out, op);
+    return backend._reduce_scatter_base(o, i, opts);
+  });
+  from_gloo(out, o, op);
+}
+
 // The blocks as one 1-D tensor: all_to_all_single's own, or the list
 // form's packed into one.
 at::Tensor joined(const Blocks& b) {
@@ -159,15 +172,10 @@ HierarchicalPlan::HierarchicalPlan(HostLayout layout, c10::intrusive_ptr<c10d::B
       tuning_(config.hierarchy),
       direct_max_bytes_(config.tuning.direct_max_bytes) {
   tuning_.piece_bytes = std::max<size_t>(tuning_.piece_bytes, 1);
-}
-
-core::RouteQuery HierarchicalPlan::route_query() const {
-  core::RouteQuery q;
-  q.hosts = int(layout_.hosts.size());
-  q.uniform = layout_.uniform;
-  q.local_size = layout_.local_size();
-  q.leader_max_bytes = tuning_.leader_max_bytes;
-  return q;
+  route_query_.hosts = int(layout_.hosts.size());
+  route_query_.uniform = layout_.uniform;
+  route_query_.local_size = layout_.local_size();
+  route_query_.leader_max_bytes = tuning_.leader_max_bytes;
 }
 
 core::Algorithm HierarchicalPlan::host_step(size_t bytes_per_rank) const {
@@ -269,13 +277,14 @@ void HierarchicalPlan::rs_ar_ag(const core::Context& ctx, const at::Tensor& t, c
   gather(pieces - 1);
 }
 
-void HierarchicalPlan::all_reduce(const core::Context& ctx, const at::Tensor& t, core::ReduceOp op,
-                                  core::Algorithm algorithm, bool /*restore*/) const {
+void HierarchicalPlan::all_reduce(const core::Context& ctx, const at::Tensor& t,
+                                  const AllReduceStep& step) const {
+  const core::ReduceOp op = step.op;
   const int64_t n = t.numel();
   // The part that splits into L equal shards goes reduce-scatter / all-reduce /
   // all-gather; the few elements left over go through the leaders.
   const int64_t L = layout_.local_size();
-  const int64_t main = algorithm == core::Algorithm::kRsArAg ? n / L * L : 0;
+  const int64_t main = step.algorithm == core::Algorithm::kRsArAg ? n / L * L : 0;
   if (main > 0) rs_ar_ag(ctx, t.narrow(0, 0, main), op);
   if (main < n || n == 0) leader_all_reduce(ctx, t.narrow(0, main, n - main), op);
 }
@@ -284,7 +293,10 @@ void HierarchicalPlan::reduce(const core::Context& ctx, const at::Tensor& t, cor
                               int root, core::Algorithm algorithm) const {
   // An all-reduce on a copy: the other ranks' tensors are not to be written.
   at::Tensor work = clone_bits(t);
-  all_reduce(ctx, work, op, algorithm, /*restore=*/false);
+  AllReduceStep step;
+  step.op = op;
+  step.algorithm = algorithm;
+  all_reduce(ctx, work, step);
   if (root == layout_.rank) copy_bits(t, work);
 }
 
@@ -357,13 +369,7 @@ void HierarchicalPlan::reduce_scatter(const core::Context& ctx, const at::Tensor
   const int64_t c = out.numel();
   if (c == 0) return;  // the same on every rank: nothing to move
   if (algorithm == core::Algorithm::kGloo) {
-    at::Tensor o = for_gloo(out, op), i = for_gloo(in, op);
-    remote(ctx, "reduce_scatter", [&] {
-      c10d::ReduceScatterOptions opts;
-      opts.reduceOp = c10d_op(out, op);
-      return group_->_reduce_scatter_base(o, i, opts);
-    });
-    from_gloo(out, o, op);
+    gloo_reduce_scatter(ctx, *group_, out, in, op);
     if (op == core::ReduceOp::kAvg) out.div_(layout_.world());
     return;
   }
@@ -388,13 +394,7 @@ void HierarchicalPlan::reduce_scatter(const core::Context& ctx, const at::Tensor
   rs.algorithm = host_step(rs.count * size_t(L) * size_t(out.element_size()));
   core::reduce_scatter(ctx, rs);
   if (inter_->getSize() > 1) {
-    at::Tensor o = for_gloo(out, op), p = for_gloo(part, op);
-    remote(ctx, "reduce_scatter", [&] {
-      c10d::ReduceScatterOptions opts;
-      opts.reduceOp = c10d_op(out, op);
-      return inter_->_reduce_scatter_base(o, p, opts);
-    });
-    from_gloo(out, o, op);
+    gloo_reduce_scatter(ctx, *inter_, out, part, op);
   } else {
     copy_bits(out, part);
   }

@@ -60,11 +60,9 @@ class HierarchicalPlan : public Plan {
 
   const HostLayout& layout() const { return layout_; }
 
-  core::RouteQuery route_query() const override;
   // `restore` does not apply: a failed inter-host step aborts the session of
   // every host (fail_remote), so no rank goes on with the tensor.
-  void all_reduce(const core::Context& ctx, const at::Tensor& t, core::ReduceOp op,
-                  core::Algorithm algorithm, bool restore) const override;
+  void all_reduce(const core::Context& ctx, const at::Tensor& t, const AllReduceStep& step) const override;
   // (One form across hosts: `algorithm` is the table's root-host.)
   void broadcast(const core::Context& ctx, const at::Tensor& t, int root, core::Algorithm algorithm) const override;
   void reduce(const core::Context& ctx, const at::Tensor& t, core::ReduceOp op, int root,

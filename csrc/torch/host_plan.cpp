@@ -3,19 +3,19 @@
 #include <algorithm>
 
 #include "dtype_map.h"
-#include "symmetric_memory.h"
 
 namespace pycomm {
 
 HostPlan::HostPlan(int world, const core::CommConfig& config, const std::vector<int>& numa_nodes,
-                   bool single_copy)
-    : world_(world),
-      direct_max_bytes_(config.tuning.direct_max_bytes),
-      two_level_min_bytes_(config.tuning.two_level_min_bytes),
-      single_copy_(single_copy),
-      single_copy_min_bytes_(config.tuning.single_copy_min_bytes),
-      single_copy_rooted_max_bytes_(config.tuning.single_copy_rooted_max_bytes) {
-  TORCH_CHECK_VALUE(core::parse_two_level(config.tuning.two_level, &two_level_), "two_level: expected auto, "
+                   bool single_copy) {
+  core::RouteQuery& q = route_query_;
+  q.local_size = world;
+  q.direct_max_bytes = config.tuning.direct_max_bytes;
+  q.two_level_min_bytes = config.tuning.two_level_min_bytes;
+  q.single_copy = single_copy;
+  q.single_copy_min_bytes = config.tuning.single_copy_min_bytes;
+  q.single_copy_rooted_max_bytes = config.tuning.single_copy_rooted_max_bytes;
+  TORCH_CHECK_VALUE(core::parse_two_level(config.tuning.two_level, &q.two_level), "two_level: expected auto, "
                     "on or off, got '", config.tuning.two_level, "'");
   // Domains only where every rank is pinned to one node: an unpinned rank
   // runs, and its memory lies, wherever the kernel put it.
@@ -29,52 +29,25 @@ HostPlan::HostPlan(int world, const core::CommConfig& config, const std::vector<
     if (it == seen.end()) seen.push_back(node);
   }
   if (seen.size() < 2) return;
-  domains_ = int(seen.size());
-  smallest_domain_ = world;
-  for (int d = 0; d < domains_; ++d) {
-    smallest_domain_ = std::min(smallest_domain_, int(std::count(of.begin(), of.end(), d)));
+  q.domains = int(seen.size());
+  q.smallest_domain = world;
+  for (int d = 0; d < q.domains; ++d) {
+    q.smallest_domain = std::min(q.smallest_domain, int(std::count(of.begin(), of.end(), d)));
   }
   domain_of_ = std::move(of);
-}
-
-core::RouteQuery HostPlan::route_query() const {
-  core::RouteQuery q;
-  q.local_size = world_;
-  q.direct_max_bytes = direct_max_bytes_;
-  q.domains = domains_;
-  q.smallest_domain = smallest_domain_;
-  q.two_level = two_level_;
-  q.two_level_min_bytes = two_level_min_bytes_;
-  q.single_copy = single_copy_;
-  q.single_copy_min_bytes = single_copy_min_bytes_;
-  q.single_copy_rooted_max_bytes = single_copy_rooted_max_bytes_;
-  return q;
 }
 
 // c10d's collectives never put a failed call's tensor back (DDP drops a failed
 // step's buckets): no backup copy (restore = false) on any of them but the
 // all-reduce that pycomm.all_reduce asks to restore.
 
-void HostPlan::all_reduce(const core::Context& ctx, const at::Tensor& t, core::ReduceOp op,
-                          core::Algorithm algorithm, bool restore) const {
-  core::AllReduceArgs a;
-  a.dtype = dtype_of(t);
-  a.data = t.data_ptr();
-  a.count = size_t(t.numel());
-  a.op = op;
-  a.algorithm = algorithm;
-  a.restore = restore;
+void HostPlan::all_reduce(const core::Context& ctx, const at::Tensor& t, const AllReduceStep& step) const {
+  core::AllReduceArgs a = all_reduce_args(step, t);
   if (!domain_of_.empty()) a.domain_of = domain_of_.data();
-  // A tensor in symmetric memory of this group, large enough for the ring, is
-  // reduced where it lies, in every rank's copy, with no copy in or out (every
-  // rank must pass its copy: the fingerprint checks). A small one keeps the
-  // one-shot: its copy into a slot costs less than the second synchronization
-  // an in-place reduction needs.
-  SymmetricPlace symmetric;
-  if (algorithm == core::Algorithm::kRing && symmetric_place(t, ctx.session, &symmetric)) {
-    a.algorithm = core::Algorithm::kTwoShot;
-    a.peers = symmetric.peers.data();
-    a.place = symmetric.place;
+  // Every rank passes its copy (the fingerprint checks the place).
+  if (step.algorithm == core::Algorithm::kTwoShot && !step.symmetric.peers.empty()) {
+    a.peers = step.symmetric.peers.data();
+    a.place = step.symmetric.place;
   }
   core::all_reduce(ctx, a);
 }

@@ -17,9 +17,9 @@ class HostPlan : public Plan {
   // (Communicator::single_copy, agreed at set-up).
   HostPlan(int world, const core::CommConfig& config, const std::vector<int>& numa_nodes, bool single_copy);
 
-  core::RouteQuery route_query() const override;
-  void all_reduce(const core::Context& ctx, const at::Tensor& t, core::ReduceOp op,
-                  core::Algorithm algorithm, bool restore) const override;
+  // two_shot (the routing table's, for a tensor in symmetric memory) in
+  // place, in every rank's copy: step.symmetric.
+  void all_reduce(const core::Context& ctx, const at::Tensor& t, const AllReduceStep& step) const override;
   void broadcast(const core::Context& ctx, const at::Tensor& t, int root, core::Algorithm algorithm) const override;
   void reduce(const core::Context& ctx, const at::Tensor& t, core::ReduceOp op, int root,
               core::Algorithm algorithm) const override;
@@ -38,18 +38,9 @@ class HostPlan : public Plan {
                core::Algorithm algorithm) const override;
 
  private:
-  int world_;
-  size_t direct_max_bytes_;
-  core::TwoLevel two_level_;
-  size_t two_level_min_bytes_;
   // Each rank's domain, numbered by lowest rank (core::AllReduceArgs::domain_of);
   // empty: one domain.
   std::vector<int> domain_of_;
-  int domains_ = 1;
-  int smallest_domain_ = 0;  // its ranks
-  bool single_copy_;
-  size_t single_copy_min_bytes_;
-  size_t single_copy_rooted_max_bytes_;
 };
 
 }  // namespace pycomm

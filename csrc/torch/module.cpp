@@ -18,7 +18,6 @@
 #include "../core/tuning.h"
 #include "../cuda/all_reduce_args.h"
 #include "communicator.h"
-#include "dtype_map.h"
 #include "frontend.h"
 #include "hierarchical_plan.h"
 #include "host_plan.h"
@@ -51,17 +50,6 @@ struct ReleaseGilAndDelete {
   }
 };
 
-// pycomm.all_reduce's op and algorithm by name, for a communicator on one
-// host and across hosts alike.
-void parse_names(const std::string& op, const std::string& algorithm, core::ReduceOp* o,
-                 core::Algorithm* a) {
-  TORCH_CHECK_VALUE(to_core_op(op, o), "op: unknown reduction '", op, "'; expected one of ",
-                    joined_names(core::kReduceOps, core::op_name));
-  TORCH_CHECK_VALUE(to_core_algorithm(algorithm, a), "algorithm: unknown algorithm '", algorithm,
-                    "'; expected one of ", joined_names(core::kAllReduceAlgorithms, core::algorithm_name),
-                    " (two_shot: CUDA tensors only, two_level and single_copy: CPU tensors only)");
-}
-
 // The front-end behind a backend that make_backend or
 // make_hierarchical_backend made.
 FrontEnd& frontend_of(const c10::intrusive_ptr<c10d::Backend>& backend) {
@@ -71,7 +59,8 @@ FrontEnd& frontend_of(const c10::intrusive_ptr<c10d::Backend>& backend) {
   return *b;
 }
 
-// pycomm.all_reduce: the front-end's all-reduce entry with its options.
+// pycomm.all_reduce: the front-end's all-reduce entry with its call
+// (all_reduce_call.h: the op and algorithm by name, restore_on_failure).
 // Returns None (async_op=False), else the c10d Work (wait, is_completed,
 // get_future: a Future of [tensor], as torch's own Work gives).
 // python_future (ring_hook's): returns the Future itself, holding the tensor
@@ -82,19 +71,17 @@ py::object all_reduce(const c10::intrusive_ptr<c10d::Backend>& backend, const at
                       const std::string& op, bool async_op, const std::string& algorithm,
                       std::optional<bool> restore_on_failure, bool python_future) {
   FrontEnd& frontend = frontend_of(backend);
-  core::ReduceOp o;
-  FrontEnd::AllReduceCall call;
-  parse_names(op, algorithm, &o, &call.algorithm);
-  c10d::AllreduceOptions opts;
-  opts.reduceOp = c10d_op_of(o);
-  opts.asyncOp = async_op || python_future;
-  call.restore = restore_on_failure.value_or(frontend.communicator()->config().tuning.restore_on_failure);
-  call.blocking = !opts.asyncOp;
+  AllReduceCall call;
+  call.reduction = Reduction::named(op);
+  call.requested = all_reduce_algorithm_named(algorithm);
+  call.restore = restore_on_failure;
+  call.async_op = async_op || python_future;
+  call.blocking = !call.async_op;
   std::vector<at::Tensor> tensors{tensor};
   c10::intrusive_ptr<c10d::Work> work;
   {
     py::gil_scoped_release no_gil;
-    work = frontend.all_reduce(tensors, opts, call);
+    work = frontend.all_reduce_call(tensors, std::move(call));
   }
   if (!work) return py::none();
   if (!python_future) return py::cast(work);
@@ -274,9 +261,8 @@ PYBIND11_MODULE(_C, m) {
         py::arg("backend"), "pycomm.barrier through `backend`'s front-end.");
   m.def("check_all_reduce_names",
         [](const std::string& op, const std::string& algorithm) {
-          core::ReduceOp o;
-          core::Algorithm a;
-          parse_names(op, algorithm, &o, &a);
+          Reduction::named(op);
+          all_reduce_algorithm_named(algorithm);
         },
         py::arg("op"), py::arg("algorithm"),
         "ValueError unless pycomm.all_reduce takes `op` and `algorithm`.");

@@ -21,8 +21,38 @@
 #include "../core/collectives/collectives.h"
 #include "../core/routing.h"
 #include "staged_tensor.h"
+#include "symmetric_place.h"
 
 namespace pycomm {
+
+// One tensor's all-reduce as the front-end decided it, once (all_reduce_call.h):
+// a plan runs it as it is.
+struct AllReduceStep {
+  core::ReduceOp op = core::ReduceOp::kSum;
+  core::DType dtype = core::DType::kFloat32;  // the tensor's (complex: its real component's)
+  core::Algorithm algorithm = core::Algorithm::kDirect;  // the routing table's
+  // Put the tensor back if the collective fails part way, where a failure can
+  // leave it half written and the rest of the group usable (one host's shared
+  // memory).
+  bool restore = false;
+  // The tensor lies in the group's symmetric memory (the table's two_shot on
+  // one host reduces it there, in every rank's copy); peers empty otherwise.
+  SymmetricPlace symmetric;
+};
+
+// The core's arguments of `step` over `t` (1-D, contiguous, real), for the
+// host plan and the CUDA path alike; what only one of them runs (NUMA
+// domains, the symmetric place) is theirs to add.
+inline core::AllReduceArgs all_reduce_args(const AllReduceStep& step, const at::Tensor& t) {
+  core::AllReduceArgs a;
+  a.dtype = step.dtype;
+  a.data = t.data_ptr();
+  a.count = size_t(t.numel());
+  a.op = step.op;
+  a.algorithm = step.algorithm;
+  a.restore = step.restore;
+  return a;
+}
 
 // all_to_all's blocks where the caller's tensors hold them: block r is
 // counts[r] elements at data[r], inside `tensors` (all_to_all_single's one
@@ -38,15 +68,13 @@ class Plan {
  public:
   virtual ~Plan() = default;
 
-  // The layout part of a route query (hosts, uniform, local_size) and the
-  // plan's thresholds; the front-end adds the call's own fields.
-  virtual core::RouteQuery route_query() const = 0;
+  // The layout part of a route query (hosts, uniform, local_size, NUMA
+  // domains, single copy) and the plan's thresholds, stated once when the
+  // plan is made; the front-end adds the call's own fields.
+  const core::RouteQuery& route_query() const { return route_query_; }
 
-  // In place: `t` ends as the reduction of every rank's `t`. `restore`: put
-  // `t` back if the collective fails part way, where a failure can leave it
-  // half written and the rest of the group usable (one host's shared memory).
-  virtual void all_reduce(const core::Context& ctx, const at::Tensor& t, core::ReduceOp op,
-                          core::Algorithm algorithm, bool restore) const = 0;
+  // In place: `t` ends as the reduction of every rank's `t`.
+  virtual void all_reduce(const core::Context& ctx, const at::Tensor& t, const AllReduceStep& step) const = 0;
   // `root` is a rank of the group.
   virtual void broadcast(const core::Context& ctx, const at::Tensor& t, int root,
                          core::Algorithm algorithm) const = 0;
@@ -77,6 +105,9 @@ class Plan {
   // other ranks.
   virtual void scatter(const core::Context& ctx, const std::vector<at::Tensor>& ins, const at::Tensor& out,
                        int root, core::Algorithm algorithm) const;
+
+ protected:
+  core::RouteQuery route_query_;  // set by each plan's constructor
 };
 
 inline void Plan::all_gather_list(const core::Context& ctx, const at::Tensor& in,

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "../core/transport/shm_segment.h"
+#include "symmetric_place.h"
 
 namespace pycomm::core {
 class Session;
@@ -106,12 +107,8 @@ c10::intrusive_ptr<CpuSymmetricMemory> cpu_symmetric_memory(const at::Tensor& te
 
 // Where a contiguous CPU tensor lies in symmetric memory rendezvoused on the
 // communicator whose session is `session`: every rank's copy of it and its
-// place, as core::AllReduceArgs takes them (the backend's all-reduce then runs
-// in place). False for any other tensor: one atomic load while no handle lives.
-struct SymmetricPlace {
-  c10::SmallVector<char*, 8> peers;
-  uint64_t place = 0;
-};
+// place (the backend's all-reduce then runs in place). False for any other
+// tensor: one atomic load while no handle lives.
 bool symmetric_place(const at::Tensor& t, const core::Session& session, SymmetricPlace* out);
 
 // What a wait of this file (a rendezvous, a signal) runs inside: `enter`'s

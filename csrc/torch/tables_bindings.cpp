@@ -105,7 +105,8 @@ py::tuple route_of(const std::string& collective, bool cuda, bool sparse, bool n
                 const std::string& dtype, const std::string& op, bool contiguous, int domains,
                 int smallest_domain, const std::string& two_level,
                 const py::object& two_level_min_bytes, bool single_copy,
-                const py::object& single_copy_min_bytes, const py::object& single_copy_rooted_max_bytes) {
+                const py::object& single_copy_min_bytes, const py::object& single_copy_rooted_max_bytes,
+                bool symmetric) {
   RouteQuery q;
   q.collective = Collective(index_of(collective, kCollectives,
                                       [](int i) { return collective_name(Collective(i)); },
@@ -144,6 +145,7 @@ py::tuple route_of(const std::string& collective, bool cuda, bool sparse, bool n
   q.native_op = native_op;
   q.uniform = uniform;
   q.contiguous = contiguous;
+  q.symmetric = symmetric;
   q.hosts = hosts;
   q.local_size = local_size;
   const Route r = core::route(q);
@@ -215,10 +217,11 @@ void bind_tables(py::module_& m) {
         py::arg("smallest_domain") = 0, py::arg("two_level") = "auto",
         py::arg("two_level_min_bytes") = 0, py::arg("single_copy") = false,
         py::arg("single_copy_min_bytes") = 0, py::arg("single_copy_rooted_max_bytes") = 0,
+        py::arg("symmetric") = false,
         "route(collective, *, cuda, sparse, native_op, hosts, uniform, local_size, count, "
         "bytes, direct_max_bytes, leader_max_bytes, dtype, op, contiguous, domains, "
         "smallest_domain, two_level, two_level_min_bytes, single_copy, single_copy_min_bytes, "
-        "single_copy_rooted_max_bytes) "
+        "single_copy_rooted_max_bytes, symmetric) "
         "-> (plan, algorithm): the backend's routing rule (csrc/core/routing.h).");
 }
 

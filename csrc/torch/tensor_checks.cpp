@@ -7,7 +7,7 @@
 
 namespace pycomm {
 
-core::DType check_tensor(const at::Tensor& t, const char* arg, bool cuda_ok) {
+void check_tensor(const at::Tensor& t, const char* arg, bool cuda_ok) {
   TORCH_CHECK_TYPE(t.defined(), arg, ": expected a tensor, got an undefined tensor");
   TORCH_CHECK_TYPE(t.layout() == at::kStrided, arg,
                    ": sparse and other non-strided layouts are not supported, got ", t.layout());
@@ -15,7 +15,6 @@ core::DType check_tensor(const at::Tensor& t, const char* arg, bool cuda_ok) {
                    cuda_ok ? ": expected a CPU or CUDA tensor, got device "
                            : ": expected a CPU tensor (the shared-memory transport), got device ",
                    t.device());
-  return core_dtype(t.scalar_type());
 }
 
 void check_writable(const at::Tensor& t, const char* arg) {
@@ -118,7 +117,10 @@ void check_all_to_all_lists(const std::vector<at::Tensor>& outputs,
 }
 
 void check_op_for_dtype(core::ReduceOp op, bool premul, at::ScalarType dtype, const char* arg) {
-  const core::DType d = core_dtype(dtype);
+  check_op_for_dtype(op, premul, core_dtype(dtype), dtype, arg);
+}
+
+void check_op_for_dtype(core::ReduceOp op, bool premul, core::DType d, at::ScalarType dtype, const char* arg) {
   const std::string name = torch_dtype_name(dtype);
   const char* op_name = premul ? "premul_sum" : core::op_name(op);
   // float8 and the like: gloo takes none of them, torch's CPU kernels do not

@@ -17,9 +17,8 @@
 
 namespace pycomm {
 
-// A defined, strided CPU tensor (or CUDA, where `cuda_ok`) of any dtype;
-// returns its core dtype (dtype_map.h).
-core::DType check_tensor(const at::Tensor& t, const char* arg, bool cuda_ok = false);
+// A defined, strided CPU tensor (or CUDA, where `cuda_ok`) of any dtype.
+void check_tensor(const at::Tensor& t, const char* arg, bool cuda_ok = false);
 
 // A tensor the collective writes: no two of its elements share memory (an
 // expanded view has a stride of 0, and no single value could be right for
@@ -34,7 +33,7 @@ void check_like(const at::Tensor& t, const char* arg, at::ScalarType dtype, int6
                 const char* reference);
 
 // The shapes of the collectives whose flat and hierarchical forms share them
-// (frontend.cpp, for every plan); outputs are checked writable.
+// (frontend_collectives.cpp, for every plan); outputs are checked writable.
 // all_gather into tensors: output i holds world x input i.
 void check_all_gather_pairs(const std::vector<at::Tensor>& outputs,
                             const std::vector<at::Tensor>& inputs, int world);
@@ -58,7 +57,9 @@ void check_all_to_all_lists(const std::vector<at::Tensor>& outputs,
 // An op the dtype takes, as gloo decides it where gloo defines it: avg and
 // premul_sum need a floating or complex dtype; max, min and product a real
 // one; the bitwise ops an integer or bool one; and dtypes with no arithmetic
-// (float8, bits, ...) take none (TypeError). `arg` names the tensor.
+// (float8, bits, ...) take none (TypeError). `arg` names the tensor, whose
+// dtype is `dtype`, the core's `d` (where the caller has mapped it already).
+void check_op_for_dtype(core::ReduceOp op, bool premul, core::DType d, at::ScalarType dtype, const char* arg);
 void check_op_for_dtype(core::ReduceOp op, bool premul, at::ScalarType dtype, const char* arg);
 
 }  // namespace pycomm
