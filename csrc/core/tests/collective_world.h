@@ -1,7 +1,8 @@
 // What the collectives' native tests share: ranks run as threads of this
 // process over one mapping of the session (so ThreadSanitizer sees every
-// rank's accesses), a World that runs a function on every rank at once, and
-// the reference values of a reduction. The ranks share this process's pid, so
+// rank's accesses), a World that runs a function on every rank at once, the
+// reference values of a reduction, the checks more than one test file runs
+// (all-reduce, reduce-scatter, all-gather, all-to-all) and random inputs. The ranks share this process's pid, so
 // cross-memory attach reads their memory here as it would a peer's.
 #pragma once
 
@@ -10,6 +11,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -42,22 +44,31 @@ struct Rank {
   Context ctx() { return Context{*session, *path, backup, tuning, *team, *cma}; }
 };
 
+// A group's sessions, rank 0's created and the others joined to it, its name
+// unlinked; none started yet.
+inline std::vector<std::unique_ptr<Session>> joined_sessions(int world, const Config& config) {
+  std::vector<std::unique_ptr<Session>> sessions;
+  sessions.push_back(Session::create(0, world, new_segment_name(), config.wait,
+                                     ShmDataPath::region(world, config.data)));
+  for (int r = 1; r < world; ++r) sessions.push_back(Session::join(r, *sessions[0]));
+  sessions[0]->unlink_name();
+  return sessions;
+}
+
 struct World {
   std::vector<std::unique_ptr<Rank>> ranks;
 
   World(int world, const Config& config) {
+    auto sessions = joined_sessions(world, config);
     for (int r = 0; r < world; ++r) {
       auto rk = std::make_unique<Rank>();
-      rk->session = r == 0 ? Session::create(0, world, new_segment_name(), config.wait,
-                                             ShmDataPath::region(world, config.data))
-                           : Session::join(r, *ranks[0]->session);
+      rk->session = std::move(sessions[size_t(r)]);
       rk->path = std::make_unique<ShmDataPath>(*rk->session);
       rk->tuning = config.tuning;
       rk->team = std::make_unique<ThreadTeam>(int(config.tuning.team_threads), config.tuning.team_share_bytes,
                                               config.wait.stream_spin_us);
       ranks.push_back(std::move(rk));
     }
-    ranks[0]->session->unlink_name();
     for (auto& rk : ranks) {
       rk->session->start();
       rk->cma = std::make_unique<CrossMemory>(*rk->session);
@@ -212,6 +223,71 @@ T reduced(int world, size_t i, ReduceOp op) {
   return from_double<T>(expected_value<T>(world, i, op));
 }
 
+template <class T>
+void check_reduce_scatter(World& w, DType dtype, ReduceOp op, size_t count, Algorithm algo) {
+  const int world = w.size();
+  std::vector<std::vector<T>> in(world, std::vector<T>(count * world)), out(world, std::vector<T>(count));
+  for (int r = 0; r < world; ++r) fill(in[r], r, op);
+  const auto original = in;
+  auto errors = w.run([&](int r) {
+    reduce_scatter(w.ctx(r), ReduceScatterArgs{.input = in[r].data(), .output = out[r].data(), .count = count,
+                                               .dtype = dtype, .op = op, .algorithm = algo});
+  });
+  for (const auto& e : errors) CHECK(e.empty());
+  for (int r = 0; r < world; ++r) {
+    CHECK(same_bytes(in[r], original[r]));  // out of place: the input is never written
+    for (size_t i = 0; i < count; ++i) {
+      CHECK_EQ(as_double(out[r][i]), as_double(reduced<T>(world, size_t(r) * count + i, op)));
+    }
+  }
+}
+
+// All-gather into one buffer, or (list) into one buffer per rank, where rank
+// q's part lands at the mirrored place.
+template <class T>
+void check_all_gather(World& w, DType dtype, size_t count, Algorithm algo, bool list = false) {
+  const int world = w.size();
+  std::vector<std::vector<T>> in(world, std::vector<T>(count)), out(world, std::vector<T>(count * world));
+  for (int r = 0; r < world; ++r) fill(in[r], r, ReduceOp::kSum);
+  auto errors = w.run([&](int r) {
+    std::vector<void*> parts;
+    for (int q = 0; q < world; ++q) parts.push_back(out[r].data() + size_t(world - 1 - q) * count);
+    all_gather(w.ctx(r), AllGatherArgs{.input = in[r].data(), .output = out[r].data(),
+                                       .outputs = list ? parts.data() : nullptr, .count = count, .dtype = dtype,
+                                       .algorithm = algo});
+  });
+  for (const auto& e : errors) CHECK(e.empty());
+  for (int r = 0; r < world; ++r) {
+    for (int q = 0; q < world; ++q) {
+      const size_t at = size_t(list ? world - 1 - q : q) * count;
+      CHECK(std::memcmp(out[r].data() + at, in[q].data(), count * sizeof(T)) == 0);
+    }
+  }
+}
+
+// Random bytes of valid values of `dtype` (floats of mixed magnitudes, so that
+// sums round), the same for a (rank, seed) whatever the run.
+std::vector<char> random_values(DType dtype, size_t count, int rank, int seed) {
+  std::mt19937_64 gen(uint64_t(seed) * 1000003u + uint64_t(rank));
+  std::uniform_real_distribution<double> unit(-1.0, 1.0);
+  std::uniform_int_distribution<int> exponent(-6, 6);
+  const size_t esize = dtype_size(dtype);
+  std::vector<char> v(count * esize);
+  for (size_t i = 0; i < count; ++i) {
+    const double x = std::ldexp(unit(gen), exponent(gen));
+    char* at = v.data() + i * esize;
+    switch (dtype) {
+      case DType::kFloat32: { const float f = float(x); std::memcpy(at, &f, 4); break; }
+      case DType::kFloat64: std::memcpy(at, &x, 8); break;
+      case DType::kFloat16: { const Half h = to_half(float(x)); std::memcpy(at, &h, 2); break; }
+      case DType::kBFloat16: { const BFloat16 b = to_bfloat16(float(x)); std::memcpy(at, &b, 2); break; }
+      case DType::kBool: *at = char(gen() & 1); break;
+      default: { const uint64_t bits = gen(); std::memcpy(at, &bits, esize); break; }
+    }
+  }
+  return v;
+}
+
 // All-to-all with uneven splits: rank r sends (r + 2 * p + count) % 5 * count elements to p
 // (zero included); each value names its sender, receiver and index, so a
 // piece that lands at another offset or in another block shows.
@@ -237,13 +313,8 @@ void check_all_to_all(World& w, size_t count) {
       rp.push_back(recv[r][p].data());
       rc.push_back(recv[r][p].size());
     }
-    AllToAllArgs a;
-    a.send = sp.data();
-    a.send_counts = sc.data();
-    a.recv = rp.data();
-    a.recv_counts = rc.data();
-    a.dtype = DType::kInt64;
-    all_to_all(w.ctx(r), a);
+    all_to_all(w.ctx(r), AllToAllArgs{.send = sp.data(), .send_counts = sc.data(), .recv = rp.data(),
+                                      .recv_counts = rc.data(), .dtype = DType::kInt64});
   });
   for (const auto& e : errors) CHECK(e.empty());
   for (int r = 0; r < world; ++r) {
