@@ -44,22 +44,12 @@ struct Rank {
   Context ctx() { return Context{*session, *path, backup, tuning, *team, *cma}; }
 };
 
-// A group's sessions, rank 0's created and the others joined to it, its name
-// unlinked; none started yet.
-inline std::vector<std::unique_ptr<Session>> joined_sessions(int world, const Config& config) {
-  std::vector<std::unique_ptr<Session>> sessions;
-  sessions.push_back(Session::create(0, world, new_segment_name(), config.wait,
-                                     ShmDataPath::region(world, config.data)));
-  for (int r = 1; r < world; ++r) sessions.push_back(Session::join(r, *sessions[0]));
-  sessions[0]->unlink_name();
-  return sessions;
-}
-
 struct World {
   std::vector<std::unique_ptr<Rank>> ranks;
 
   World(int world, const Config& config) {
-    auto sessions = joined_sessions(world, config);
+    auto sessions = joined_sessions(world, SegmentPlace::named(new_segment_name()), config.wait,
+                                    ShmDataPath::region(world, config.data));
     for (int r = 0; r < world; ++r) {
       auto rk = std::make_unique<Rank>();
       rk->session = std::move(sessions[size_t(r)]);

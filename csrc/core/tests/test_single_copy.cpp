@@ -72,7 +72,8 @@ TEST(one_rank_off_turns_it_off_for_all_and_cma_then_fails_on_every_rank) {
   Config c = single_copy_on();
   for (SingleCopy others : {SingleCopy::kAuto, SingleCopy::kCma}) {
     const int n = 3;
-    std::vector<std::unique_ptr<Session>> sessions = joined_sessions(n, c);
+    std::vector<std::unique_ptr<Session>> sessions =
+        joined_sessions(n, SegmentPlace::named(new_segment_name()), c.wait, ShmDataPath::region(n, c.data));
     std::vector<std::unique_ptr<CrossMemory>> cma;
     for (auto& s : sessions) {
       s->start();
