@@ -77,7 +77,7 @@ struct World {
   std::vector<std::string> run(const std::function<void(int)>& fn) { return run_on_threads(ranks.size(), fn); }
 };
 
-Config small_buffers() {
+inline Config small_buffers() {
   Config c;
   // Tiny buffers force many pieces and sub-chunks, and so every code path.
   c.data.slot_bytes = 256;
@@ -90,7 +90,7 @@ Config small_buffers() {
   return c;
 }
 
-[[maybe_unused]] Config default_buffers() {
+inline Config default_buffers() {
   // The data path's default sizes, where the ring's link and all-to-all's
   // other links differ; short spins, as ranks here outnumber the cores.
   Config c = small_buffers();
@@ -99,7 +99,7 @@ Config small_buffers() {
 }
 
 // An all-reduce of `count` elements at `data`, in place.
-AllReduceArgs all_reduce_args(void* data, size_t count, DType dtype, ReduceOp op, Algorithm algo) {
+inline AllReduceArgs all_reduce_args(void* data, size_t count, DType dtype, ReduceOp op, Algorithm algo) {
   AllReduceArgs a;
   a.data = data;
   a.count = count;
@@ -110,7 +110,7 @@ AllReduceArgs all_reduce_args(void* data, size_t count, DType dtype, ReduceOp op
 }
 
 // Small integers keep every sum, product and average exact in every dtype.
-double input_value(int rank, size_t i, ReduceOp op) {
+inline double input_value(int rank, size_t i, ReduceOp op) {
   if (op == ReduceOp::kProduct) return double(int(1 + (size_t(rank) + i) % 2) * ((i % 3) ? 1 : -1));
   return double(int((i * 7 + size_t(rank) * 13) % 9) - 4);
 }
@@ -257,7 +257,7 @@ void check_all_gather(World& w, DType dtype, size_t count, Algorithm algo, bool 
 
 // Random bytes of valid values of `dtype` (floats of mixed magnitudes, so that
 // sums round), the same for a (rank, seed) whatever the run.
-std::vector<char> random_values(DType dtype, size_t count, int rank, int seed) {
+inline std::vector<char> random_values(DType dtype, size_t count, int rank, int seed) {
   std::mt19937_64 gen(uint64_t(seed) * 1000003u + uint64_t(rank));
   std::uniform_real_distribution<double> unit(-1.0, 1.0);
   std::uniform_int_distribution<int> exponent(-6, 6);
@@ -281,7 +281,7 @@ std::vector<char> random_values(DType dtype, size_t count, int rank, int seed) {
 // All-to-all with uneven splits: rank r sends (r + 2 * p + count) % 5 * count elements to p
 // (zero included); each value names its sender, receiver and index, so a
 // piece that lands at another offset or in another block shows.
-void check_all_to_all(World& w, size_t count) {
+inline void check_all_to_all(World& w, size_t count) {
   const int world = w.size();
   auto elems = [&](int from, int to) { return size_t((from + 2 * to + int(count)) % 5) * count; };
   std::vector<std::vector<std::vector<int64_t>>> send(world), recv(world);

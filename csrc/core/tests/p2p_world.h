@@ -70,7 +70,7 @@ struct World {
   std::vector<std::string> run(const std::function<void(int)>& fn) { return run_on_threads(ranks.size(), fn); }
 };
 
-P2PHandle op(P2POp::Kind kind, int peer, int64_t tag, void* data, size_t bytes, uint32_t type = 1) {
+inline P2PHandle op(P2POp::Kind kind, int peer, int64_t tag, void* data, size_t bytes, uint32_t type = 1) {
   auto o = std::make_shared<P2POp>();
   o->kind = kind;
   o->peer = peer;
@@ -81,24 +81,24 @@ P2PHandle op(P2POp::Kind kind, int peer, int64_t tag, void* data, size_t bytes, 
   return o;
 }
 
-P2PHandle isend(P2PEngine& e, int peer, int64_t tag, std::vector<int32_t>& v) {
+inline P2PHandle isend(P2PEngine& e, int peer, int64_t tag, std::vector<int32_t>& v) {
   auto o = op(P2POp::Kind::kSend, peer, tag, v.data(), v.size() * 4);
   e.post(o);
   return o;
 }
-P2PHandle irecv(P2PEngine& e, int peer, int64_t tag, std::vector<int32_t>& v) {
+inline P2PHandle irecv(P2PEngine& e, int peer, int64_t tag, std::vector<int32_t>& v) {
   auto o = op(P2POp::Kind::kRecv, peer, tag, v.data(), v.size() * 4);
   e.post(o);
   return o;
 }
 
-std::vector<int32_t> pattern(size_t n, int seed) {
+inline std::vector<int32_t> pattern(size_t n, int seed) {
   std::vector<int32_t> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = int32_t(i * 7 + size_t(seed) * 1000003);
   return v;
 }
 
-bool no_errors(const std::vector<std::string>& errors) {
+inline bool no_errors(const std::vector<std::string>& errors) {
   bool ok = true;
   for (const auto& e : errors) {
     if (!e.empty()) std::fprintf(stderr, "  %s\n", e.c_str()), ok = false;
