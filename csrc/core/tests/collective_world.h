@@ -98,17 +98,6 @@ inline Config default_buffers() {
   return c;
 }
 
-// An all-reduce of `count` elements at `data`, in place.
-inline AllReduceArgs all_reduce_args(void* data, size_t count, DType dtype, ReduceOp op, Algorithm algo) {
-  AllReduceArgs a;
-  a.data = data;
-  a.count = count;
-  a.dtype = dtype;
-  a.op = op;
-  a.algorithm = algo;
-  return a;
-}
-
 // Small integers keep every sum, product and average exact in every dtype.
 inline double input_value(int rank, size_t i, ReduceOp op) {
   if (op == ReduceOp::kProduct) return double(int(1 + (size_t(rank) + i) % 2) * ((i % 3) ? 1 : -1));
@@ -174,7 +163,7 @@ void check_all_reduce(World& w, DType dtype, ReduceOp op, size_t count, Algorith
   std::vector<char*> copies(world);
   for (int r = 0; r < world; ++r) copies[r] = reinterpret_cast<char*>(data[r].data());
   auto errors = w.run([&](int r) {
-    AllReduceArgs a = all_reduce_args(data[r].data(), count, dtype, op, algo);
+    AllReduceArgs a{.data = data[r].data(), .count = count, .dtype = dtype, .op = op, .algorithm = algo};
     if (algo == Algorithm::kTwoShot) {
       a.peers = copies.data();
       a.place = 1;

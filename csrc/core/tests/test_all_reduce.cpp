@@ -93,7 +93,8 @@ std::vector<char> two_level_result(const std::vector<int>& layout, int team, DTy
   std::vector<std::vector<char>> data(world);
   for (int r = 0; r < world; ++r) data[r] = random_values(dtype, count, r, 3);
   auto errors = w.run([&](int r) {
-    AllReduceArgs a = all_reduce_args(data[r].data(), count, dtype, op, Algorithm::kTwoLevel);
+    AllReduceArgs a{.data = data[r].data(), .count = count, .dtype = dtype, .op = op,
+                    .algorithm = Algorithm::kTwoLevel};
     a.domain_of = layout.data();
     all_reduce(w.ctx(r), a);
   });

@@ -161,7 +161,8 @@ TEST(single_copy_is_bitwise_equal_across_ranks_and_team_sizes) {
         }
       }
       auto errors = w.run([&](int r) {
-        all_reduce(w.ctx(r), all_reduce_args(data[r].data(), count, dtype, ReduceOp::kSum, Algorithm::kSingleCopy));
+        all_reduce(w.ctx(r), AllReduceArgs{.data = data[r].data(), .count = count, .dtype = dtype,
+                                           .algorithm = Algorithm::kSingleCopy});
       });
       for (const auto& e : errors) CHECK(e.empty());
       CHECK(data[0] == data[1] && data[1] == data[2]);
@@ -185,8 +186,7 @@ TEST(a_peer_that_stalls_after_the_reads_is_timed_out_and_the_input_restored) {
   }
   const auto original = data;
   auto errors = w.run([&](int r) {
-    AllReduceArgs a = all_reduce_args(data[r].data(), data[r].size(), DType::kFloat32, ReduceOp::kSum,
-                                      Algorithm::kSingleCopy);
+    AllReduceArgs a{.data = data[r].data(), .count = data[r].size(), .algorithm = Algorithm::kSingleCopy};
     if (r == 0) return all_reduce(w.ctx(0), a);
     Session& s1 = *w.ranks[1]->session;
     ShmDataPath& p1 = *w.ranks[1]->path;
@@ -240,7 +240,7 @@ TEST(single_copy_is_refused_by_name_where_the_group_cannot_read_its_peers) {
   World w(2, small_buffers());
   std::vector<float> data(10, 1.f);
   auto errors = w.run([&](int r) {
-    all_reduce(w.ctx(r), all_reduce_args(data.data(), 10, DType::kFloat32, ReduceOp::kSum, Algorithm::kSingleCopy));
+    all_reduce(w.ctx(r), AllReduceArgs{.data = data.data(), .count = 10, .algorithm = Algorithm::kSingleCopy});
   });
   for (const auto& e : errors) {
     CHECK(e.find("all_reduce runs single_copy only where the group's ranks read each other's memory") !=

@@ -33,7 +33,7 @@ std::vector<char> run_every_collective(int world, int team, DType dtype, ReduceO
   }
   auto errors = w.run([&](int r) {
     const Context ctx = w.ctx(r);
-    all_reduce(ctx, all_reduce_args(ar[r].data(), count, dtype, op, algo));
+    all_reduce(ctx, AllReduceArgs{.data = ar[r].data(), .count = count, .dtype = dtype, .op = op, .algorithm = algo});
     reduce_scatter(ctx, ReduceScatterArgs{.input = rs_in[r].data(), .output = rs_out[r].data(), .count = count,
                                           .dtype = dtype, .op = op, .algorithm = algo});
     all_gather(ctx, AllGatherArgs{.input = rs_in[r].data(), .output = ag_out[r].data(), .count = count,
