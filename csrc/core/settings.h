@@ -22,7 +22,7 @@
     "the backend)")                                                                                \
   /* Spinning helps only when every rank has a core of its own; with more ranks than cores it   \
      burns the time slice the awaited rank needs (3 ranks on 2 cores: 8-byte ring all-reduce     \
-     98 us with a 20 us spin, 16 us without). */                                                   \
+     98 us with a 20 us spin, 16 us without; measured once on 2026-11-30). */                                                   \
   X(spin_us, wait.spin_us, "PYCOMM_SPIN_US", "us", 1,                                               \
     between(0, kMaxWaitUs), (world <= cores ? 20.0 : 0.0),                                          \
     "a waiting rank spins this long before it yields (0 when ranks outnumber cores)")            \
@@ -32,7 +32,8 @@
      for it (DDP's backward), and the stream stalls a time slice. ResNet-50 under DDP, 2 ranks,  \
      2 rounds each in turns: the buckets' all-reduces ran 107-131 ms a step with a 20 us spin,   \
      42-59 ms with 60 us; the worker's CPU time 19.5-19.9 -> 18.1-18.3 ms a step; backend over    \
-     sync-only 1.039/1.039 -> 1.026/1.017. 200 us burned more CPU (18.9-19.9 ms). */              \
+     sync-only 1.039/1.039 -> 1.026/1.017. 200 us burned more CPU (18.9-19.9 ms). Measured once on  \
+     2026-12-02. */                                                                                 \
   X(stream_spin_us, wait.stream_spin_us, "PYCOMM_STREAM_SPIN_US", "us", 1, between(0, kMaxWaitUs),  \
     (world <= cores ? 64.0 : 0.0),                                                                 \
     "a rank waiting for the next buffer of a ring stream spins this long before it yields "      \
@@ -63,7 +64,7 @@
     "frames per point-to-point channel: how far a sender may run ahead of its receiver")         \
   /* Two ranks: the pipelined ring beats the one-shot from 32 B up (32 KiB: 4.4 us vs 9.6 us);   \
      three or four: the one-shot, with its single synchronisation, is faster up to about         \
-     64 KiB. */                                                                                    \
+     64 KiB (measured once on 2026-12-02). */                                                                                    \
   X(direct_max_bytes, tuning.direct_max_bytes, "PYCOMM_DIRECT_MAX_KB", "KiB", 1024,                 \
     between(0, kMaxThresholdBytes),                                                                 \
     size_t(world == 2 ? 64 : 64 * 1024),                                                           \
@@ -101,13 +102,15 @@
     "where every rank can read every peer: auto where the probe at set-up succeeds, cma "      \
     "required (set-up fails where it cannot be had), off never")                                \
   /* 2 ranks, in turns with the staging path: 16 KiB a tie (all_gather 5.5 us either way, all_to_all \
-     6.9 against 7.1), 32 KiB a gain (all_gather 5.9 against 7.1, all_to_all 7.3 against 8.6). */   \
+     6.9 against 7.1), 32 KiB a gain (all_gather 5.9 against 7.1, all_to_all 7.3 against 8.6); measured once on     \
+     2026-12-05. */   \
   X(single_copy_min_bytes, tuning.single_copy_min_bytes, "PYCOMM_SINGLE_COPY_MIN_KB", "KiB", 1024,  \
     between(0, kMaxThresholdBytes),                                                                 \
     size_t(32) << 10,                                                                              \
     "messages (per rank) of at least this size take the single copy; smaller ones the staging "  \
     "path, whose two copies cost less than the call into the kernel")                            \
-  /* broadcast, 2 ranks: 1 MiB 64.4 us either way; 2 MiB 199 single copy, 158 staged. */         \
+  /* broadcast, 2 ranks: 1 MiB 64.4 us either way; 2 MiB 199 single copy, 158 staged (measured once on  \
+     2026-12-05). */         \
   X(single_copy_rooted_max_bytes, tuning.single_copy_rooted_max_bytes, "PYCOMM_SINGLE_COPY_ROOTED_MAX_KB", \
     "KiB", 1024, between(0, kMaxThresholdBytes), size_t(1) << 20,                                  \
     "broadcast, gather and scatter take the single copy only up to this size: above it the "     \

@@ -34,6 +34,7 @@
 #include <type_traits>
 
 #include "../core/kernels/half_convert.h"
+#include "../core/kernels/wrapping_arithmetic.h"
 #include "all_reduce_layout.h"
 #include "block_lanes.h"
 #include "host_device.h"
@@ -93,30 +94,14 @@ PYCOMM_HD T narrow(Accum<T> a) {
   }
 }
 
-// Signed overflow is undefined in C++: integers are combined as unsigned.
+// Integers wrap (core's wrapping_arithmetic.h, as on the CPU).
 struct SumOp {
   template <class A>
-  PYCOMM_HD static A apply(A a, A b) {
-    if constexpr (std::is_integral_v<A>) {
-      using U = std::make_unsigned_t<A>;
-      return A(U(U(a) + U(b)));
-    } else {
-      return a + b;
-    }
-  }
+  PYCOMM_HD static A apply(A a, A b) { return core::wrap_add(a, b); }
 };
 struct ProductOp {
   template <class A>
-  PYCOMM_HD static A apply(A a, A b) {
-    if constexpr (std::is_integral_v<A>) {
-      using U = std::make_unsigned_t<A>;
-      // Narrow types promote to signed int: multiply them as unsigned int.
-      using P = std::conditional_t<(sizeof(A) < sizeof(unsigned)), unsigned, U>;
-      return A(U(P(U(a)) * P(U(b))));
-    } else {
-      return a * b;
-    }
-  }
+  PYCOMM_HD static A apply(A a, A b) { return core::wrap_mul(a, b); }
 };
 struct MaxOp {
   template <class A>

@@ -4,38 +4,17 @@
 // memory the single-copy form (single_copy.h).
 #include <algorithm>
 #include <cstring>
-#include <string>
 #include <vector>
 
-#include "../errors.h"
 #include "../kernels/reduce_kernels.h"
 #include "collectives.h"
 #include "ring.h"
 #include "single_copy.h"
+#include "staged.h"
 #include "two_level.h"
 
 namespace pycomm::core {
 namespace {
-
-// One shot per piece: copy into my slot, handshake, reduce every rank's slot in
-// rank order. Pieces only when the tensor is larger than a slot.
-void direct(const Context& ctx, const AllReduceArgs& a, const Fingerprint& fp, int divisor) {
-  const size_t esize = dtype_size(a.dtype);
-  const size_t piece = ctx.path.slot_bytes() / esize;
-  const int world = ctx.session.world();
-  char* data = static_cast<char*>(a.data);
-  size_t done = 0;
-  do {
-    const size_t n = std::min(a.count - done, piece);
-    team_copy(ctx.team, ctx.path.next_slot(), data + done * esize, n * esize);
-    ctx.session.handshake(fp);
-    // A one-piece collective writes the tensor after its only wait, so it
-    // needs no backup; a multi-piece one saves each piece it overwrites.
-    if (n < a.count) ctx.backup.save(done * esize, n * esize);
-    team_reduce_sources(ctx.team, a.dtype, a.op, data + done * esize, ctx.path.slots(), world, n, divisor);
-    done += n;
-  } while (done < a.count);
-}
 
 // In symmetric memory, in place: after the handshake (every rank's copy is
 // written) each rank reduces its share of every copy, in rank order, through a
@@ -77,19 +56,17 @@ void single_copy(const Context& ctx, const AllReduceArgs& a, const Fingerprint& 
   char* data = static_cast<char*>(a.data);
   *announce(ctx, 1) = Announced{reinterpret_cast<uint64_t>(a.data), a.count * esize};
   ctx.session.handshake(fp);
-  thread_local std::vector<uint64_t> theirs;
-  theirs.resize(size_t(world));
-  for (int r = 0; r < world; ++r) theirs[size_t(r)] = r == rank ? 0 : announced_at(ctx, r, 0, a.count * esize);
+  const uint64_t* theirs = announced_by_peers(ctx, a.count * esize);
   const Range mine = chunk_range(a.count, world, rank);
   ctx.backup.save(mine.begin * esize, mine.size() * esize);
-  reduce_from_peers(ctx, a.dtype, a.op, divisor, data + mine.begin * esize, data, theirs.data(), mine.begin,
+  reduce_from_peers(ctx, a.dtype, a.op, divisor, data + mine.begin * esize, data, theirs, mine.begin,
                     mine.size());
   ctx.session.handshake(fp);
   for (int s = 1; s < world; ++s) {
     const int peer = (rank + s) % world;
     const Range c = chunk_range(a.count, world, peer);
     ctx.backup.save(c.begin * esize, c.size() * esize);
-    read(ctx, peer, data + c.begin * esize, theirs[size_t(peer)] + c.begin * esize, c.size() * esize);
+    read(ctx, peer, data + c.begin * esize, theirs[peer] + c.begin * esize, c.size() * esize);
   }
   release(ctx, fp);
 }
@@ -108,32 +85,20 @@ void all_reduce(const Context& ctx, const AllReduceArgs& a) {
     return;
   }
   check_host_algorithm("all_reduce", a.algorithm, ctx, /*two_level=*/true);
-  ctx.backup.begin(a.data, a.count * dtype_size(a.dtype), a.restore);
-  try {
+  char* data = static_cast<char*>(a.data);
+  restoring_on_failure(ctx.backup, data, a.count * dtype_size(a.dtype), a.restore, [&] {
     if (algo == Algorithm::kSingleCopy && world > 1 && a.count > 0) {
       single_copy(ctx, a, fp, divisor);
     } else if (algo == Algorithm::kTwoLevel && world > 1 && a.count > 0) {
       two_level_all_reduce(ctx, a, fp, divisor);
     } else if (algo == Algorithm::kRing && world > 1 && a.count > 0) {
-      ctx.session.handshake(fp);
-      RingJob job;
-      job.dtype = a.dtype;
-      job.op = a.op;
-      job.divisor = divisor;
-      job.count = a.count;
-      job.reduce_scatter = job.all_gather = true;
-      job.input = static_cast<const char*>(a.data);
-      job.output = static_cast<char*>(a.data);
-      run_ring(ctx, job);
+      ring_all_reduce(ctx, fp, a.dtype, a.op, divisor, data, a.count);
     } else {
-      // One rank, or nothing to move: the direct path still handshakes, so
-      // mismatched calls are caught even then.
-      direct(ctx, a, fp, divisor);
+      // One rank, or nothing to move: the direct path (one shot per piece)
+      // still handshakes, so mismatched calls are caught even then.
+      reduce_staged(ctx, fp, a.dtype, a.op, divisor, data, a.count, /*collect=*/true);
     }
-  } catch (const CommError&) {
-    ctx.backup.restore();
-    throw;
-  }
+  });
 }
 
 }  // namespace pycomm::core

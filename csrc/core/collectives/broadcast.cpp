@@ -3,11 +3,10 @@
 // let the root fill piece k+1 while the others still read piece k.
 // Single copy: every other rank reads the root's tensor straight into its own
 // (single_copy.h); the root waits at the closing handshake until all have.
-#include <algorithm>
-
 #include "../errors.h"
 #include "collectives.h"
 #include "single_copy.h"
+#include "slot_pieces.h"
 
 namespace pycomm::core {
 namespace {
@@ -25,11 +24,8 @@ void single_copy(const Context& ctx, const BroadcastArgs& a, const Fingerprint& 
 
 void staged(const Context& ctx, const BroadcastArgs& a, const Fingerprint& fp, bool is_root) {
   const size_t esize = dtype_size(a.dtype);
-  const size_t piece = ctx.path.slot_bytes() / esize;
   char* data = static_cast<char*>(a.data);
-  size_t done = 0;
-  do {
-    const size_t n = std::min(a.count - done, piece);
+  for_each_slot_piece(a.count, ctx.path.slot_bytes() / esize, [&](size_t done, size_t n) {
     if (is_root) team_copy(ctx.team, ctx.path.next_slot(), data + done * esize, n * esize);
     ctx.session.handshake(fp);
     if (!is_root) {
@@ -37,8 +33,7 @@ void staged(const Context& ctx, const BroadcastArgs& a, const Fingerprint& fp, b
       if (n < a.count) ctx.backup.save(done * esize, n * esize);
       team_copy(ctx.team, data + done * esize, ctx.path.slot(a.root), n * esize);
     }
-    done += n;
-  } while (done < a.count);
+  });
 }
 
 }  // namespace
@@ -51,17 +46,13 @@ void broadcast(const Context& ctx, const BroadcastArgs& a) {
   const bool is_root = ctx.session.rank() == a.root;
   const Fingerprint fp = fingerprint_of(CollectiveKind::kBroadcast, a.count, a.dtype, a.algorithm, nullptr, 0,
                                         a.root);
-  ctx.backup.begin(a.data, a.count * dtype_size(a.dtype), a.restore && !is_root);
-  try {
+  restoring_on_failure(ctx.backup, a.data, a.count * dtype_size(a.dtype), a.restore && !is_root, [&] {
     if (a.algorithm == Algorithm::kSingleCopy && world > 1) {
       single_copy(ctx, a, fp, is_root);
     } else {
       staged(ctx, a, fp, is_root);
     }
-  } catch (const CommError&) {
-    ctx.backup.restore();
-    throw;
-  }
+  });
 }
 
 }  // namespace pycomm::core

@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "../errors.h"
 #include "../ring_schedule.h"
 
 namespace pycomm::core {
@@ -37,5 +38,19 @@ class InputBackup {
   static constexpr size_t kStreamingThreshold = 8u << 20;
   std::vector<Range> saved_;
 };
+
+// Runs an in-place collective's body over `bytes` at `data` with `backup`
+// begun (enabled or not): a CommError part way puts every saved byte back
+// before it goes on up.
+template <class Body>
+void restoring_on_failure(InputBackup& backup, void* data, size_t bytes, bool enabled, Body&& body) {
+  backup.begin(data, bytes, enabled);
+  try {
+    body();
+  } catch (const CommError&) {
+    backup.restore();
+    throw;
+  }
+}
 
 }  // namespace pycomm::core

@@ -1,11 +1,9 @@
 // Reduce to a root: every rank copies each piece into its slot; after the
-// handshake the root combines all slots in rank order. The other ranks'
-// tensors are left as they were.
-#include <algorithm>
-
+// handshake the root combines all slots in rank order (staged.h). The other
+// ranks' tensors are left as they were.
 #include "../errors.h"
-#include "../kernels/reduce_kernels.h"
 #include "collectives.h"
+#include "staged.h"
 
 namespace pycomm::core {
 
@@ -17,26 +15,10 @@ void reduce(const Context& ctx, const ReduceArgs& a) {
   const int divisor = a.divisor > 0 ? a.divisor : world;
   const Fingerprint fp = fingerprint_of(CollectiveKind::kReduce, a.count, a.dtype,
                                         Algorithm::kDirect, &a.op, divisor, a.root);
-  const size_t esize = dtype_size(a.dtype);
-  const size_t piece = ctx.path.slot_bytes() / esize;
   char* data = static_cast<char*>(a.data);
-  ctx.backup.begin(a.data, a.count * esize, a.restore && is_root);
-  try {
-    size_t done = 0;
-    do {
-      const size_t n = std::min(a.count - done, piece);
-      team_copy(ctx.team, ctx.path.next_slot(), data + done * esize, n * esize);
-      ctx.session.handshake(fp);
-      if (is_root) {
-        if (n < a.count) ctx.backup.save(done * esize, n * esize);
-        team_reduce_sources(ctx.team, a.dtype, a.op, data + done * esize, ctx.path.slots(), world, n, divisor);
-      }
-      done += n;
-    } while (done < a.count);
-  } catch (const CommError&) {
-    ctx.backup.restore();
-    throw;
-  }
+  restoring_on_failure(ctx.backup, data, a.count * dtype_size(a.dtype), a.restore && is_root, [&] {
+    reduce_staged(ctx, fp, a.dtype, a.op, divisor, data, a.count, is_root);
+  });
 }
 
 }  // namespace pycomm::core

@@ -13,6 +13,7 @@
 #include "collectives.h"
 #include "ring.h"
 #include "single_copy.h"
+#include "slot_pieces.h"
 
 namespace pycomm::core {
 
@@ -32,34 +33,20 @@ void reduce_scatter(const Context& ctx, const ReduceScatterArgs& a) {
     const size_t bytes = a.count * size_t(world) * esize;
     *announce(ctx, 1) = Announced{reinterpret_cast<uint64_t>(in), bytes};
     ctx.session.handshake(fp);
-    thread_local std::vector<uint64_t> theirs;
-    theirs.resize(size_t(world));
-    for (int r = 0; r < world; ++r) theirs[size_t(r)] = r == rank ? 0 : announced_at(ctx, r, 0, bytes);
-    reduce_from_peers(ctx, a.dtype, a.op, divisor, out, in, theirs.data(), size_t(rank) * a.count, a.count);
+    reduce_from_peers(ctx, a.dtype, a.op, divisor, out, in, announced_by_peers(ctx, bytes), size_t(rank) * a.count,
+                      a.count);
     release(ctx, fp);
     return;
   }
   if (algo == Algorithm::kRing && world > 1 && a.count > 0) {
-    ctx.session.handshake(fp);
-    RingJob job;
-    job.dtype = a.dtype;
-    job.op = a.op;
-    job.divisor = divisor;
-    job.count = a.count * size_t(world);
-    job.reduce_scatter = true;
-    job.input = in;
-    job.owned_output = out;
-    run_ring(ctx, job);
-    return;
+    return ring_reduce_scatter(ctx, fp, a.dtype, a.op, divisor, in, a.count * size_t(world), out);
   }
   // A piece takes `piece` elements of every chunk; the slot holds them chunk
   // after chunk.
   const size_t piece = std::max<size_t>(1, ctx.path.slot_bytes() / (size_t(world) * esize));
   thread_local std::vector<const void*> sources;
   sources.resize(size_t(world));
-  size_t done = 0;
-  do {
-    const size_t n = std::min(a.count - done, piece);
+  for_each_slot_piece(a.count, piece, [&](size_t done, size_t n) {
     char* mine = static_cast<char*>(ctx.path.next_slot());
     for (int c = 0; c < world; ++c) {
       team_copy(ctx.team, mine + size_t(c) * piece * esize, in + (size_t(c) * a.count + done) * esize,
@@ -70,8 +57,7 @@ void reduce_scatter(const Context& ctx, const ReduceScatterArgs& a) {
       sources[size_t(r)] = static_cast<const char*>(ctx.path.slot(r)) + size_t(rank) * piece * esize;
     }
     team_reduce_sources(ctx.team, a.dtype, a.op, out + done * esize, sources.data(), world, n, divisor);
-    done += n;
-  } while (done < a.count);
+  });
 }
 
 }  // namespace pycomm::core

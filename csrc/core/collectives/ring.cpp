@@ -8,6 +8,25 @@
 namespace pycomm::core {
 namespace {
 
+struct RingJob {
+  DType dtype = DType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  int divisor = 1;
+  size_t count = 0;  // elements of the whole vector: world chunks (ring_schedule.h)
+  bool reduce_scatter = false;
+  bool all_gather = false;
+  // reduce-scatter: every chunk's input, at its offset in the vector.
+  const char* input = nullptr;
+  // all-gather: every chunk's output, at its offset in the vector. With both
+  // halves and output == input the ring runs in place (an all-reduce), and
+  // each slice is saved to the context's backup before it is overwritten.
+  char* output = nullptr;
+  // reduce-scatter alone: where this rank's finished chunk goes.
+  char* owned_output = nullptr;
+  // all-gather alone: this rank's own chunk (copied into output too).
+  const char* owned_input = nullptr;
+};
+
 // The actions depend on (rank, world, halves) alone: computed once per thread
 // and kept, so that a small collective allocates nothing.
 const std::vector<RingStep>& cached_steps(int rank, int world, bool rs, bool ag) {
@@ -23,9 +42,8 @@ const std::vector<RingStep>& cached_steps(int rank, int world, bool rs, bool ag)
   return steps;
 }
 
-}  // namespace
-
-void run_ring(const Context& ctx, const RingJob& job) {
+void run_ring(const Context& ctx, const Fingerprint& fp, const RingJob& job) {
+  ctx.session.handshake(fp);
   ShmDataPath& p = ctx.path;
   ThreadTeam& team = ctx.team;
   const int world = ctx.session.world();
@@ -102,6 +120,26 @@ void run_ring(const Context& ctx, const RingJob& job) {
       }
     }
   }
+}
+
+}  // namespace
+
+void ring_all_reduce(const Context& ctx, const Fingerprint& fp, DType dtype, ReduceOp op, int divisor,
+                     char* data, size_t count) {
+  run_ring(ctx, fp, RingJob{.dtype = dtype, .op = op, .divisor = divisor, .count = count, .reduce_scatter = true,
+                            .all_gather = true, .input = data, .output = data});
+}
+
+void ring_reduce_scatter(const Context& ctx, const Fingerprint& fp, DType dtype, ReduceOp op, int divisor,
+                         const char* input, size_t count, char* owned_output) {
+  run_ring(ctx, fp, RingJob{.dtype = dtype, .op = op, .divisor = divisor, .count = count, .reduce_scatter = true,
+                            .input = input, .owned_output = owned_output});
+}
+
+void ring_all_gather(const Context& ctx, const Fingerprint& fp, DType dtype, char* output, size_t count,
+                     const char* owned_input) {
+  run_ring(ctx, fp, RingJob{.dtype = dtype, .count = count, .all_gather = true, .output = output,
+                            .owned_input = owned_input});
 }
 
 }  // namespace pycomm::core

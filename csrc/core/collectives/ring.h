@@ -9,25 +9,21 @@
 
 namespace pycomm::core {
 
-struct RingJob {
-  DType dtype = DType::kFloat32;
-  ReduceOp op = ReduceOp::kSum;
-  int divisor = 1;
-  size_t count = 0;  // elements of the whole vector: world chunks (ring_schedule.h)
-  bool reduce_scatter = false;
-  bool all_gather = false;
-  // reduce-scatter: every chunk's input, at its offset in the vector.
-  const char* input = nullptr;
-  // all-gather: every chunk's output, at its offset in the vector. With both
-  // halves and output == input the ring runs in place (an all-reduce), and
-  // each slice is saved to the context's backup before it is overwritten.
-  char* output = nullptr;
-  // reduce-scatter alone: where this rank's finished chunk goes.
-  char* owned_output = nullptr;
-  // all-gather alone: this rank's own chunk (copied into output too).
-  const char* owned_input = nullptr;
-};
+// Each opens with the handshake on `fp`, then runs its halves over `count`
+// elements of the whole vector (world chunks: ring_schedule.h).
 
-void run_ring(const Context& ctx, const RingJob& job);
+// Both halves, in place: `data` ends reduced over every rank (divided by
+// `divisor` for avg). Each slice is saved to the context's backup before it is
+// overwritten.
+void ring_all_reduce(const Context& ctx, const Fingerprint& fp, DType dtype, ReduceOp op, int divisor,
+                     char* data, size_t count);
+// The reduce-scatter half: `input` holds every chunk; this rank's chunk,
+// reduced, goes to `owned_output`.
+void ring_reduce_scatter(const Context& ctx, const Fingerprint& fp, DType dtype, ReduceOp op, int divisor,
+                         const char* input, size_t count, char* owned_output);
+// The all-gather half: `owned_input` is this rank's chunk; every chunk goes
+// to its offset in `output` (this rank's too).
+void ring_all_gather(const Context& ctx, const Fingerprint& fp, DType dtype, char* output, size_t count,
+                     const char* owned_input);
 
 }  // namespace pycomm::core

@@ -4,22 +4,13 @@
 // the root fill the next pieces while the others still read these, as in
 // broadcast. Single copy: each rank reads its part of the root's input
 // straight into its output (single_copy.h).
-#include <algorithm>
-
 #include "../errors.h"
 #include "collectives.h"
+#include "rank_parts.h"
 #include "single_copy.h"
+#include "slot_pieces.h"
 
 namespace pycomm::core {
-namespace {
-
-// Where rank r's part lies on the root.
-const char* part_in(const ScatterArgs& a, int r, size_t esize) {
-  return a.inputs ? static_cast<const char*>(a.inputs[r])
-                  : static_cast<const char*>(a.input) + size_t(r) * a.count * esize;
-}
-
-}  // namespace
 
 void scatter(const Context& ctx, const ScatterArgs& a) {
   ctx.session.begin("scatter");
@@ -31,16 +22,17 @@ void scatter(const Context& ctx, const ScatterArgs& a) {
                                         a.root);
   const size_t esize = dtype_size(a.dtype);
   char* out = static_cast<char*>(a.output);
+  const RankParts<const char> in{a.inputs, a.input, a.count * esize};
   if (a.algorithm == Algorithm::kSingleCopy && world > 1) {
     // The root announces each rank's part; the others announce nothing.
     const size_t bytes = a.count * esize;
     Announced* parts = announce(ctx, size_t(world));
     for (int r = 0; r < world; ++r) {
-      parts[r] = rank == a.root ? Announced{reinterpret_cast<uint64_t>(part_in(a, r, esize)), bytes} : Announced{};
+      parts[r] = rank == a.root ? Announced{reinterpret_cast<uint64_t>(in.at(r)), bytes} : Announced{};
     }
     ctx.session.handshake(fp);
     if (rank == a.root) {
-      team_copy(ctx.team, out, part_in(a, rank, esize), bytes);
+      team_copy(ctx.team, out, in.at(rank), bytes);
     } else {
       read(ctx, a.root, out, announced_at(ctx, a.root, size_t(rank), bytes), bytes);
     }
@@ -49,20 +41,17 @@ void scatter(const Context& ctx, const ScatterArgs& a) {
   }
   const size_t piece = ctx.path.slot_bytes() / esize / size_t(world);
   if (piece == 0 && a.count > 0) throw InvalidArgument("scatter: the slots are too small for this world size");
-  size_t done = 0;
-  do {
-    const size_t n = std::min(a.count - done, piece);
+  for_each_slot_piece(a.count, piece, [&](size_t done, size_t n) {
     if (rank == a.root) {
       char* slot = static_cast<char*>(ctx.path.next_slot());
       for (int r = 0; r < world; ++r) {
-        team_copy(ctx.team, slot + size_t(r) * piece * esize, part_in(a, r, esize) + done * esize, n * esize);
+        team_copy(ctx.team, slot + size_t(r) * piece * esize, in.at(r) + done * esize, n * esize);
       }
     }
     ctx.session.handshake(fp);
     team_copy(ctx.team, out + done * esize,
               static_cast<const char*>(ctx.path.slot(a.root)) + size_t(rank) * piece * esize, n * esize);
-    done += n;
-  } while (done < a.count);
+  });
 }
 
 }  // namespace pycomm::core

@@ -38,6 +38,14 @@ uint64_t announced_at(const Context& ctx, int peer, size_t index, size_t bytes) 
   return a.address;
 }
 
+const uint64_t* announced_by_peers(const Context& ctx, size_t bytes) {
+  const int world = ctx.session.world(), rank = ctx.session.rank();
+  thread_local std::vector<uint64_t> theirs;
+  theirs.resize(size_t(world));
+  for (int r = 0; r < world; ++r) theirs[size_t(r)] = r == rank ? 0 : announced_at(ctx, r, 0, bytes);
+  return theirs.data();
+}
+
 void read(const Context& ctx, int peer, void* local, uint64_t remote, size_t bytes) {
   ctx.team.split(bytes, 1, [&](size_t first, size_t count) {
     ctx.cma.read(peer, static_cast<char*>(local) + first, remote + first, count);
@@ -45,6 +53,22 @@ void read(const Context& ctx, int peer, void* local, uint64_t remote, size_t byt
 }
 
 void release(const Context& ctx, const Fingerprint& fp) { ctx.session.handshake(fp); }
+
+void gather_single_copy(const Context& ctx, const Fingerprint& fp, const char* input, size_t bytes,
+                        const RankParts<char>& out, bool collect) {
+  const int world = ctx.session.world(), rank = ctx.session.rank();
+  *announce(ctx, 1) = Announced{reinterpret_cast<uint64_t>(input), bytes};
+  ctx.session.handshake(fp);
+  if (collect) {
+    if (out.at(rank) != input) team_copy(ctx.team, out.at(rank), input, bytes);
+    // Peers in turn from the next one on, so that they do not all read rank 0 first.
+    for (int s = 1; s < world; ++s) {
+      const int peer = (rank + s) % world;
+      read(ctx, peer, out.at(peer), announced_at(ctx, peer, 0, bytes), bytes);
+    }
+  }
+  release(ctx, fp);
+}
 
 void reduce_from_peers(const Context& ctx, DType dtype, ReduceOp op, int divisor, void* out, const void* mine,
                        const uint64_t* theirs, size_t first, size_t n) {

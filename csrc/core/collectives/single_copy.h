@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "collectives.h"
+#include "rank_parts.h"
 
 namespace pycomm::core {
 
@@ -36,12 +37,23 @@ Announced* announce(const Context& ctx, size_t n);
 // checked to hold exactly `bytes`.
 uint64_t announced_at(const Context& ctx, int peer, size_t index, size_t bytes);
 
+// Where every peer's announcement 0 says its tensor lies, each checked to
+// hold `bytes` (this rank's entry is 0), for reduce_from_peers. Valid until
+// the thread's next call.
+const uint64_t* announced_by_peers(const Context& ctx, size_t bytes);
+
 // Copies `bytes` at `peer`'s address `remote` into `local`, split among the
 // rank's thread team.
 void read(const Context& ctx, int peer, void* local, uint64_t remote, size_t bytes);
 
 // The closing handshake (step 3).
 void release(const Context& ctx, const Fingerprint& fp);
+
+// all_gather (every rank collects) and gather (the root does), from opening
+// to closing handshake: every rank announces `bytes` at `input`; a collector
+// copies its own to out.at(rank) and reads every peer's to out.at(peer).
+void gather_single_copy(const Context& ctx, const Fingerprint& fp, const char* input, size_t bytes,
+                        const RankParts<char>& out, bool collect);
 
 // A reduction over every rank's tensor, of elements [first, first + n) of
 // each, in rank order, into out[0, n) (which may be where they lie in this

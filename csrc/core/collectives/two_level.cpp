@@ -6,6 +6,7 @@
 
 #include "../errors.h"
 #include "../kernels/reduce_kernels.h"
+#include "slot_pieces.h"
 
 namespace pycomm::core {
 namespace {
@@ -59,9 +60,7 @@ void two_level_all_reduce(const Context& ctx, const AllReduceArgs& a, const Fing
   std::vector<const void*> srcs(std::max(mine.size(), domains));
   char* data = static_cast<char*>(a.data);
   auto slot = [&](int r) { return static_cast<const char*>(ctx.path.slot(r)); };
-  size_t done = 0;
-  do {
-    const size_t n = std::min(a.count - done, piece);
+  for_each_slot_piece(a.count, piece, [&](size_t done, size_t n) {
     // 1. This piece into this rank's slot.
     team_copy(ctx.team, ctx.path.next_slot(), data + done * esize, n * esize);
     ctx.session.handshake(fp);
@@ -102,8 +101,7 @@ void two_level_all_reduce(const Context& ctx, const AllReduceArgs& a, const Fing
       const size_t first = std::min(n, i * share), last = std::min(n, first + share);
       team_copy(ctx.team, data + (done + first) * esize, slot(mine[i]) + first * esize, (last - first) * esize);
     }
-    done += n;
-  } while (done < a.count);
+  });
 }
 
 }  // namespace pycomm::core

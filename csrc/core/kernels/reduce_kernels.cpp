@@ -8,6 +8,7 @@
 #include "../errors.h"
 #include "float_lanes.h"
 #include "half_convert.h"
+#include "wrapping_arithmetic.h"
 
 #if defined(__AVX__)
 #include <immintrin.h>  // copy_streaming's non-temporal stores
@@ -44,30 +45,6 @@ inline void narrow(const A* __restrict in, T* __restrict out, size_t n) {
     for (size_t i = lanes::convert32(in, out, n); i < n; ++i) out[i] = to_bfloat16(in[i]);
   } else {
     for (size_t i = 0; i < n; ++i) out[i] = in[i];
-  }
-}
-
-// Integer sums and products wrap, as torch's do; done in the unsigned type
-// because signed overflow is undefined in C++.
-template <class A>
-inline A wrap_add(A a, A b) {
-  if constexpr (std::is_integral_v<A>) {
-    using U = std::make_unsigned_t<A>;
-    return A(U(a) + U(b));
-  } else {
-    return a + b;
-  }
-}
-template <class A>
-inline A wrap_mul(A a, A b) {
-  if constexpr (std::is_integral_v<A>) {
-    using U = std::make_unsigned_t<A>;
-    // Types narrower than int promote to (signed) int; multiply them as
-    // unsigned int instead, so no product overflows a signed type.
-    using P = std::conditional_t<(sizeof(A) < sizeof(unsigned)), unsigned, U>;
-    return A(U(P(U(a)) * P(U(b))));
-  } else {
-    return a * b;
   }
 }
 

@@ -35,7 +35,8 @@
 // instead, where the sender's core copies each in while the receiver's copies
 // the one before out (a window of 2 MiB sends on the 2-core host: 194 us a
 // message framed, 276 straight); a lone one, or a stream's of up to 512 KiB,
-// is faster straight (a 2 MiB ping-pong: 200 us against 280; p2p_engine.cpp).
+// is faster straight (a 2 MiB ping-pong: 200 us against 280; measured once on
+// 2026-12-05; p2p_progress.cpp).
 //
 // A send completes once its bytes are in shared memory and the receiver has
 // judged its message: matched it to a receive, or, with none posted yet, taken
@@ -218,6 +219,8 @@ class P2PEngine {
   static void complete(Done& done);  // runs on_done, outside mu_
 
   std::string describe(const P2POp& op) const;
+  // "rank R: " and describe(op): how a failure of op names it.
+  std::string on_this_rank(const P2POp& op) const;
   void helper_loop();
 
   P2PChannels& ch_;

@@ -1,7 +1,8 @@
 // What the collectives' native tests share: ranks run as threads of this
 // process over one mapping of the session (so ThreadSanitizer sees every
-// rank's accesses), a World that runs a function on every rank at once, and
-// the reference values of a reduction. The ranks share this process's pid, so
+// rank's accesses), a World that runs a function on every rank at once, the
+// reference values of a reduction, the checks more than one test file runs
+// (all-reduce, reduce-scatter, all-gather, all-to-all) and random inputs. The ranks share this process's pid, so
 // cross-memory attach reads their memory here as it would a peer's.
 #pragma once
 
@@ -10,6 +11,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -46,18 +48,17 @@ struct World {
   std::vector<std::unique_ptr<Rank>> ranks;
 
   World(int world, const Config& config) {
+    auto sessions = joined_sessions(world, SegmentPlace::named(new_segment_name()), config.wait,
+                                    ShmDataPath::region(world, config.data));
     for (int r = 0; r < world; ++r) {
       auto rk = std::make_unique<Rank>();
-      rk->session = r == 0 ? Session::create(0, world, new_segment_name(), config.wait,
-                                             ShmDataPath::region(world, config.data))
-                           : Session::join(r, *ranks[0]->session);
+      rk->session = std::move(sessions[size_t(r)]);
       rk->path = std::make_unique<ShmDataPath>(*rk->session);
       rk->tuning = config.tuning;
       rk->team = std::make_unique<ThreadTeam>(int(config.tuning.team_threads), config.tuning.team_share_bytes,
                                               config.wait.stream_spin_us);
       ranks.push_back(std::move(rk));
     }
-    ranks[0]->session->unlink_name();
     for (auto& rk : ranks) {
       rk->session->start();
       rk->cma = std::make_unique<CrossMemory>(*rk->session);
@@ -76,7 +77,7 @@ struct World {
   std::vector<std::string> run(const std::function<void(int)>& fn) { return run_on_threads(ranks.size(), fn); }
 };
 
-Config small_buffers() {
+inline Config small_buffers() {
   Config c;
   // Tiny buffers force many pieces and sub-chunks, and so every code path.
   c.data.slot_bytes = 256;
@@ -89,7 +90,7 @@ Config small_buffers() {
   return c;
 }
 
-[[maybe_unused]] Config default_buffers() {
+inline Config default_buffers() {
   // The data path's default sizes, where the ring's link and all-to-all's
   // other links differ; short spins, as ranks here outnumber the cores.
   Config c = small_buffers();
@@ -97,19 +98,8 @@ Config small_buffers() {
   return c;
 }
 
-// An all-reduce of `count` elements at `data`, in place.
-AllReduceArgs all_reduce_args(void* data, size_t count, DType dtype, ReduceOp op, Algorithm algo) {
-  AllReduceArgs a;
-  a.data = data;
-  a.count = count;
-  a.dtype = dtype;
-  a.op = op;
-  a.algorithm = algo;
-  return a;
-}
-
 // Small integers keep every sum, product and average exact in every dtype.
-double input_value(int rank, size_t i, ReduceOp op) {
+inline double input_value(int rank, size_t i, ReduceOp op) {
   if (op == ReduceOp::kProduct) return double(int(1 + (size_t(rank) + i) % 2) * ((i % 3) ? 1 : -1));
   return double(int((i * 7 + size_t(rank) * 13) % 9) - 4);
 }
@@ -173,7 +163,7 @@ void check_all_reduce(World& w, DType dtype, ReduceOp op, size_t count, Algorith
   std::vector<char*> copies(world);
   for (int r = 0; r < world; ++r) copies[r] = reinterpret_cast<char*>(data[r].data());
   auto errors = w.run([&](int r) {
-    AllReduceArgs a = all_reduce_args(data[r].data(), count, dtype, op, algo);
+    AllReduceArgs a{.data = data[r].data(), .count = count, .dtype = dtype, .op = op, .algorithm = algo};
     if (algo == Algorithm::kTwoShot) {
       a.peers = copies.data();
       a.place = 1;
@@ -212,10 +202,75 @@ T reduced(int world, size_t i, ReduceOp op) {
   return from_double<T>(expected_value<T>(world, i, op));
 }
 
+template <class T>
+void check_reduce_scatter(World& w, DType dtype, ReduceOp op, size_t count, Algorithm algo) {
+  const int world = w.size();
+  std::vector<std::vector<T>> in(world, std::vector<T>(count * world)), out(world, std::vector<T>(count));
+  for (int r = 0; r < world; ++r) fill(in[r], r, op);
+  const auto original = in;
+  auto errors = w.run([&](int r) {
+    reduce_scatter(w.ctx(r), ReduceScatterArgs{.input = in[r].data(), .output = out[r].data(), .count = count,
+                                               .dtype = dtype, .op = op, .algorithm = algo});
+  });
+  for (const auto& e : errors) CHECK(e.empty());
+  for (int r = 0; r < world; ++r) {
+    CHECK(same_bytes(in[r], original[r]));  // out of place: the input is never written
+    for (size_t i = 0; i < count; ++i) {
+      CHECK_EQ(as_double(out[r][i]), as_double(reduced<T>(world, size_t(r) * count + i, op)));
+    }
+  }
+}
+
+// All-gather into one buffer, or (list) into one buffer per rank, where rank
+// q's part lands at the mirrored place.
+template <class T>
+void check_all_gather(World& w, DType dtype, size_t count, Algorithm algo, bool list = false) {
+  const int world = w.size();
+  std::vector<std::vector<T>> in(world, std::vector<T>(count)), out(world, std::vector<T>(count * world));
+  for (int r = 0; r < world; ++r) fill(in[r], r, ReduceOp::kSum);
+  auto errors = w.run([&](int r) {
+    std::vector<void*> parts;
+    for (int q = 0; q < world; ++q) parts.push_back(out[r].data() + size_t(world - 1 - q) * count);
+    all_gather(w.ctx(r), AllGatherArgs{.input = in[r].data(), .output = out[r].data(),
+                                       .outputs = list ? parts.data() : nullptr, .count = count, .dtype = dtype,
+                                       .algorithm = algo});
+  });
+  for (const auto& e : errors) CHECK(e.empty());
+  for (int r = 0; r < world; ++r) {
+    for (int q = 0; q < world; ++q) {
+      const size_t at = size_t(list ? world - 1 - q : q) * count;
+      CHECK(std::memcmp(out[r].data() + at, in[q].data(), count * sizeof(T)) == 0);
+    }
+  }
+}
+
+// Random bytes of valid values of `dtype` (floats of mixed magnitudes, so that
+// sums round), the same for a (rank, seed) whatever the run.
+inline std::vector<char> random_values(DType dtype, size_t count, int rank, int seed) {
+  std::mt19937_64 gen(uint64_t(seed) * 1000003u + uint64_t(rank));
+  std::uniform_real_distribution<double> unit(-1.0, 1.0);
+  std::uniform_int_distribution<int> exponent(-6, 6);
+  const size_t esize = dtype_size(dtype);
+  std::vector<char> v(count * esize);
+  for (size_t i = 0; i < count; ++i) {
+    const double x = std::ldexp(unit(gen), exponent(gen));
+    char* at = v.data() + i * esize;
+    switch (dtype) {
+      case DType::kFloat32: { const float f = float(x); std::memcpy(at, &f, 4); break; }
+      case DType::kFloat64: std::memcpy(at, &x, 8); break;
+      case DType::kFloat16: { const Half h = to_half(float(x)); std::memcpy(at, &h, 2); break; }
+      case DType::kBFloat16: { const BFloat16 b = to_bfloat16(float(x)); std::memcpy(at, &b, 2); break; }
+      case DType::kBool: *at = char(gen() & 1); break;
+      default: { const uint64_t bits = gen(); std::memcpy(at, &bits, esize); break; }
+    }
+  }
+  return v;
+}
+
 // All-to-all with uneven splits: rank r sends (r + 2 * p + count) % 5 * count elements to p
 // (zero included); each value names its sender, receiver and index, so a
 // piece that lands at another offset or in another block shows.
-void check_all_to_all(World& w, size_t count) {
+inline void check_all_to_all(World& w, size_t count) {
   const int world = w.size();
   auto elems = [&](int from, int to) { return size_t((from + 2 * to + int(count)) % 5) * count; };
   std::vector<std::vector<std::vector<int64_t>>> send(world), recv(world);
@@ -237,13 +292,8 @@ void check_all_to_all(World& w, size_t count) {
       rp.push_back(recv[r][p].data());
       rc.push_back(recv[r][p].size());
     }
-    AllToAllArgs a;
-    a.send = sp.data();
-    a.send_counts = sc.data();
-    a.recv = rp.data();
-    a.recv_counts = rc.data();
-    a.dtype = DType::kInt64;
-    all_to_all(w.ctx(r), a);
+    all_to_all(w.ctx(r), AllToAllArgs{.send = sp.data(), .send_counts = sc.data(), .recv = rp.data(),
+                                      .recv_counts = rc.data(), .dtype = DType::kInt64});
   });
   for (const auto& e : errors) CHECK(e.empty());
   for (int r = 0; r < world; ++r) {

@@ -1,17 +1,31 @@
 // Ranks as threads of one process: what every native test of several ranks
-// runs its ranks with (collective_world.h, test_p2p.cpp).
+// runs its ranks with (collective_world.h, p2p_world.h): their sessions, and
+// a function run on every rank at once.
 #pragma once
 
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "../errors.h"
 #include "../transport/cross_memory.h"
+#include "../transport/session.h"
 
 namespace pycomm::core {
+
+// A group's sessions, rank 0's created at `place` and the others joined to it
+// (one mapping), the name unlinked; none started yet.
+inline std::vector<std::unique_ptr<Session>> joined_sessions(int world, const SegmentPlace& place,
+                                                             const WaitPolicy& wait, const DataRegion& region) {
+  std::vector<std::unique_ptr<Session>> sessions;
+  sessions.push_back(Session::create(0, world, place, wait, region));
+  for (int r = 1; r < world; ++r) sessions.push_back(Session::join(r, *sessions[0]));
+  sessions[0]->unlink_name();
+  return sessions;
+}
 
 // Runs fn(rank) on one thread per rank, 0..n-1, and returns what each threw,
 // with its kind in front ("mismatch: ", "timeout: ", "other: "), or "".

@@ -19,74 +19,14 @@ Config single_copy_on() {
 }
 
 template <class T>
-void check_reduce_scatter(World& w, DType dtype, ReduceOp op, size_t count) {
-  const int world = w.size();
-  std::vector<std::vector<T>> in(world, std::vector<T>(count * world)), out(world, std::vector<T>(count));
-  for (int r = 0; r < world; ++r) fill(in[r], r, op);
-  const auto original = in;
-  auto errors = w.run([&](int r) {
-    ReduceScatterArgs a;
-    a.input = in[r].data();
-    a.output = out[r].data();
-    a.count = count;
-    a.dtype = dtype;
-    a.op = op;
-    a.algorithm = Algorithm::kSingleCopy;
-    reduce_scatter(w.ctx(r), a);
-  });
-  for (const auto& e : errors) CHECK(e.empty());
-  for (int r = 0; r < world; ++r) {
-    CHECK(same_bytes(in[r], original[r]));
-    for (size_t i = 0; i < count; ++i) {
-      CHECK_EQ(as_double(out[r][i]), as_double(reduced<T>(world, size_t(r) * count + i, op)));
-    }
-  }
-}
-
-// All-gather into one buffer, and into one buffer per rank (the list form).
-template <class T>
-void check_all_gather(World& w, DType dtype, size_t count) {
-  const int world = w.size();
-  std::vector<std::vector<T>> in(world, std::vector<T>(count));
-  for (int r = 0; r < world; ++r) fill(in[r], r, ReduceOp::kSum);
-  for (bool list : {false, true}) {
-    std::vector<std::vector<T>> out(world, std::vector<T>(count * world, T(0)));
-    auto errors = w.run([&](int r) {
-      std::vector<void*> parts;
-      for (int q = 0; q < world; ++q) parts.push_back(out[r].data() + size_t(world - 1 - q) * count);
-      AllGatherArgs a;
-      a.input = in[r].data();
-      a.output = out[r].data();
-      if (list) a.outputs = parts.data();  // rank q's part lands at the mirrored place
-      a.count = count;
-      a.dtype = dtype;
-      a.algorithm = Algorithm::kSingleCopy;
-      all_gather(w.ctx(r), a);
-    });
-    for (const auto& e : errors) CHECK(e.empty());
-    for (int r = 0; r < world; ++r) {
-      for (int q = 0; q < world; ++q) {
-        const size_t at = size_t(list ? world - 1 - q : q) * count;
-        CHECK(std::memcmp(out[r].data() + at, in[q].data(), count * sizeof(T)) == 0);
-      }
-    }
-  }
-}
-
-template <class T>
 void check_broadcast_gather_scatter(World& w, DType dtype, size_t count, int root) {
   const int world = w.size();
   std::vector<std::vector<T>> data(world, std::vector<T>(count));
   for (int r = 0; r < world; ++r) fill(data[r], r, ReduceOp::kSum);
   const auto original = data;
   auto errors = w.run([&](int r) {
-    BroadcastArgs a;
-    a.data = data[r].data();
-    a.count = count;
-    a.dtype = dtype;
-    a.root = root;
-    a.algorithm = Algorithm::kSingleCopy;
-    broadcast(w.ctx(r), a);
+    broadcast(w.ctx(r), BroadcastArgs{.data = data[r].data(), .count = count, .dtype = dtype, .root = root,
+                                      .algorithm = Algorithm::kSingleCopy});
   });
   for (const auto& e : errors) CHECK(e.empty());
   for (int r = 0; r < world; ++r) CHECK(same_bytes(data[r], original[root]));
@@ -96,14 +36,8 @@ void check_broadcast_gather_scatter(World& w, DType dtype, size_t count, int roo
   errors = w.run([&](int r) {
     std::vector<void*> where;
     for (int q = 0; q < world; ++q) where.push_back(parts[q].data());
-    GatherArgs a;
-    a.input = original[r].data();
-    a.outputs = r == root ? where.data() : nullptr;
-    a.count = count;
-    a.dtype = dtype;
-    a.root = root;
-    a.algorithm = Algorithm::kSingleCopy;
-    gather(w.ctx(r), a);
+    gather(w.ctx(r), GatherArgs{.input = original[r].data(), .outputs = r == root ? where.data() : nullptr,
+                                .count = count, .dtype = dtype, .root = root, .algorithm = Algorithm::kSingleCopy});
   });
   for (const auto& e : errors) CHECK(e.empty());
   for (int q = 0; q < world; ++q) CHECK(same_bytes(parts[q], original[q]));
@@ -111,14 +45,8 @@ void check_broadcast_gather_scatter(World& w, DType dtype, size_t count, int roo
   errors = w.run([&](int r) {
     std::vector<const void*> from;
     for (int q = 0; q < world; ++q) from.push_back(parts[q].data());
-    ScatterArgs a;
-    a.inputs = r == root ? from.data() : nullptr;
-    a.output = back[r].data();
-    a.count = count;
-    a.dtype = dtype;
-    a.root = root;
-    a.algorithm = Algorithm::kSingleCopy;
-    scatter(w.ctx(r), a);
+    scatter(w.ctx(r), ScatterArgs{.inputs = r == root ? from.data() : nullptr, .output = back[r].data(),
+                                  .count = count, .dtype = dtype, .root = root, .algorithm = Algorithm::kSingleCopy});
   });
   for (const auto& e : errors) CHECK(e.empty());
   for (int r = 0; r < world; ++r) CHECK(same_bytes(back[r], original[r]));
@@ -144,27 +72,14 @@ TEST(one_rank_off_turns_it_off_for_all_and_cma_then_fails_on_every_rank) {
   Config c = single_copy_on();
   for (SingleCopy others : {SingleCopy::kAuto, SingleCopy::kCma}) {
     const int n = 3;
-    std::vector<std::unique_ptr<Session>> sessions;
-    sessions.push_back(Session::create(0, n, new_segment_name(), c.wait, ShmDataPath::region(n, c.data)));
-    for (int r = 1; r < n; ++r) sessions.push_back(Session::join(r, *sessions[0]));
-    sessions[0]->unlink_name();
+    std::vector<std::unique_ptr<Session>> sessions =
+        joined_sessions(n, SegmentPlace::named(new_segment_name()), c.wait, ShmDataPath::region(n, c.data));
     std::vector<std::unique_ptr<CrossMemory>> cma;
     for (auto& s : sessions) {
       s->start();
       cma.push_back(std::make_unique<CrossMemory>(*s));
     }
-    std::vector<std::string> errors(n);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < n; ++r) {
-      threads.emplace_back([&, r] {
-        try {
-          cma[size_t(r)]->agree(r == 1 ? SingleCopy::kOff : others);
-        } catch (const CommError& e) {
-          errors[size_t(r)] = e.what();
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
+    const auto errors = run_on_threads(n, [&](int r) { cma[size_t(r)]->agree(r == 1 ? SingleCopy::kOff : others); });
     for (int r = 0; r < n; ++r) {
       CHECK(!cma[size_t(r)]->enabled());
       CHECK(cma[size_t(r)]->reason().find("rank 1 has PYCOMM_SINGLE_COPY=off") != std::string::npos);
@@ -186,16 +101,18 @@ TEST(single_copy_collectives_match_references_for_every_world_dtype_op) {
         check_all_reduce<BFloat16>(w, DType::kBFloat16, op, count, Algorithm::kSingleCopy);
         check_all_reduce<Half>(w, DType::kFloat16, op, count, Algorithm::kSingleCopy);
         check_all_reduce<double>(w, DType::kFloat64, op, count, Algorithm::kSingleCopy);
-        check_reduce_scatter<float>(w, DType::kFloat32, op, count);
-        check_reduce_scatter<BFloat16>(w, DType::kBFloat16, op, count);
+        check_reduce_scatter<float>(w, DType::kFloat32, op, count, Algorithm::kSingleCopy);
+        check_reduce_scatter<BFloat16>(w, DType::kBFloat16, op, count, Algorithm::kSingleCopy);
         if (op != ReduceOp::kAvg) {
           check_all_reduce<int32_t>(w, DType::kInt32, op, count, Algorithm::kSingleCopy);
           check_all_reduce<int8_t>(w, DType::kInt8, op, count, Algorithm::kSingleCopy);
-          check_reduce_scatter<int64_t>(w, DType::kInt64, op, count);
+          check_reduce_scatter<int64_t>(w, DType::kInt64, op, count, Algorithm::kSingleCopy);
         }
       }
-      check_all_gather<float>(w, DType::kFloat32, count);
-      check_all_gather<int8_t>(w, DType::kInt8, count);
+      for (bool list : {false, true}) {
+        check_all_gather<float>(w, DType::kFloat32, count, Algorithm::kSingleCopy, list);
+        check_all_gather<int8_t>(w, DType::kInt8, count, Algorithm::kSingleCopy, list);
+      }
       for (int root = 0; root < world; ++root) {
         check_broadcast_gather_scatter<float>(w, DType::kFloat32, count, root);
         check_broadcast_gather_scatter<int16_t>(w, DType::kBFloat16, count, root);  // 2-byte elements
@@ -244,7 +161,8 @@ TEST(single_copy_is_bitwise_equal_across_ranks_and_team_sizes) {
         }
       }
       auto errors = w.run([&](int r) {
-        all_reduce(w.ctx(r), all_reduce_args(data[r].data(), count, dtype, ReduceOp::kSum, Algorithm::kSingleCopy));
+        all_reduce(w.ctx(r), AllReduceArgs{.data = data[r].data(), .count = count, .dtype = dtype,
+                                           .algorithm = Algorithm::kSingleCopy});
       });
       for (const auto& e : errors) CHECK(e.empty());
       CHECK(data[0] == data[1] && data[1] == data[2]);
@@ -268,8 +186,7 @@ TEST(a_peer_that_stalls_after_the_reads_is_timed_out_and_the_input_restored) {
   }
   const auto original = data;
   auto errors = w.run([&](int r) {
-    AllReduceArgs a = all_reduce_args(data[r].data(), data[r].size(), DType::kFloat32, ReduceOp::kSum,
-                                      Algorithm::kSingleCopy);
+    AllReduceArgs a{.data = data[r].data(), .count = data[r].size(), .algorithm = Algorithm::kSingleCopy};
     if (r == 0) return all_reduce(w.ctx(0), a);
     Session& s1 = *w.ranks[1]->session;
     ShmDataPath& p1 = *w.ranks[1]->path;
@@ -290,11 +207,7 @@ TEST(an_announcement_that_does_not_fit_the_fingerprint_aborts_the_group) {
   World w(2, single_copy_on());
   std::vector<std::vector<float>> data(2, std::vector<float>(1000, 1.f));
   auto errors = w.run([&](int r) {
-    BroadcastArgs a;
-    a.data = data[r].data();
-    a.count = 1000;
-    a.root = 1;
-    a.algorithm = Algorithm::kSingleCopy;
+    const BroadcastArgs a{.data = data[r].data(), .count = 1000, .root = 1, .algorithm = Algorithm::kSingleCopy};
     if (r == 0) return broadcast(w.ctx(0), a);
     Session& s1 = *w.ranks[1]->session;
     ShmDataPath& p1 = *w.ranks[1]->path;
@@ -327,7 +240,7 @@ TEST(single_copy_is_refused_by_name_where_the_group_cannot_read_its_peers) {
   World w(2, small_buffers());
   std::vector<float> data(10, 1.f);
   auto errors = w.run([&](int r) {
-    all_reduce(w.ctx(r), all_reduce_args(data.data(), 10, DType::kFloat32, ReduceOp::kSum, Algorithm::kSingleCopy));
+    all_reduce(w.ctx(r), AllReduceArgs{.data = data.data(), .count = 10, .algorithm = Algorithm::kSingleCopy});
   });
   for (const auto& e : errors) {
     CHECK(e.find("all_reduce runs single_copy only where the group's ranks read each other's memory") !=

@@ -15,6 +15,7 @@
 
 #include "../call_profile.h"
 #include "../errors.h"
+#include "../named_choice.h"
 
 #ifndef PR_SET_PTRACER
 #define PR_SET_PTRACER 0x59616d61
@@ -158,11 +159,9 @@ std::string single_copy_unavailable_reason() {
 }
 
 bool parse_single_copy(const std::string& name, SingleCopy* out) {
-  if (name == "auto") *out = SingleCopy::kAuto;
-  else if (name == "cma") *out = SingleCopy::kCma;
-  else if (name == "off") *out = SingleCopy::kOff;
-  else return false;
-  return true;
+  static constexpr std::pair<const char*, SingleCopy> kNames[] = {
+      {"auto", SingleCopy::kAuto}, {"cma", SingleCopy::kCma}, {"off", SingleCopy::kOff}};
+  return parse_named_choice(name, kNames, out);
 }
 
 CrossMemory::CrossMemory(Session& session) : session_(session), probe_(std::make_unique<uint64_t>(0)) {}
