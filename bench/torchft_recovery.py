@@ -1,15 +1,17 @@
 #!/usr/bin/env python
 """torchft's recovery on pycomm's process group beside torchft's own gloo groups: the time
-from a replica's death (kill -9) and from its hang (SIGSTOP) to the survivor's failed step
-(the fault seen) and to its next committed step, and the step time of two replicas training
-together.
+from a replica's death (kill -9) and from its hang (SIGSTOP) to the end of the survivor's
+failed step (the fault seen) and of its next step committed alone, and the step time of two
+replicas training together.
 
     python bench/torchft_recovery.py                        # 5 repeats, about 5 minutes here
     python bench/torchft_recovery.py --repeats 7 --timeout 10 --json out.json
 
 Each run is examples/torchft_train.py's launcher (a lighthouse, two replica processes of one
-rank, a small MLP, gradients through manager.allreduce), so the bench times what a user's
-run does; the groups take turns within each repeat (pycomm, gloo, baby-gloo, then again).
+rank, a small MLP, gradients through manager.allreduce; the faulty replica kills or stops
+itself mid-step, in a quorum with the other), so the bench times what a user's run does; the
+step time is the survivor's before the kill. The groups take turns within each repeat
+(pycomm, gloo, baby-gloo, then again).
 Per group, the median of the repeats and the spread (max - min) / median. A hang costs the
 group's timeout (--timeout) on every group: what differs is what follows it. The lighthouse
 gives a silent replica 0.5 s to join a quorum and drops it after 1 s without heartbeats.
@@ -42,17 +44,22 @@ def parse_args(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--timeout", type=float, default=5.0, help="each group's timeout, seconds")
-    p.add_argument("--steps", type=int, default=40, help="steps of the healthy run")
+    p.add_argument("--steps", type=int, default=30, help="steps together before the kill (the step time's)")
     p.add_argument("--groups", default=",".join(GROUPS))
+    p.add_argument("--run-timeout", type=float, default=300, help="one run's longest, seconds")
     p.add_argument("--json", default=None)
     return p.parse_args(argv)
 
 
 def launch(pg: str, args, *extra) -> list:
     with tempfile.TemporaryDirectory() as out:
-        proc = subprocess.run([sys.executable, EXAMPLE, "--pg", pg, "--timeout", str(args.timeout),
-                               "--out-dir", out, *extra], capture_output=True, text=True, timeout=600,
-                              env=ENV)
+        try:
+            proc = subprocess.run([sys.executable, EXAMPLE, "--pg", pg, "--timeout", str(args.timeout),
+                                   "--out-dir", out, *extra], capture_output=True, text=True,
+                                  timeout=args.run_timeout, env=ENV)
+        except subprocess.TimeoutExpired:
+            print(f"# {pg} {' '.join(extra)}: no end after {args.run_timeout:g} s (counted as '-')", flush=True)
+            return None
     if proc.returncode != 0:
         raise RuntimeError(f"{pg} {' '.join(extra)} failed:\n{proc.stderr[-3000:]}")
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
@@ -72,9 +79,11 @@ def after_fault_s(lines, event: str, recovered: bool) -> float:
 
 
 def step_s(lines) -> float:
-    """The survivor's median step, both replicas in the quorum, the first 5 steps left out."""
+    """The survivor's median step before the kill, both replicas in the quorum, the first
+    5 steps left out."""
+    (fault,) = [rec for rec in lines if rec.get("event") == "kill"]
     steps = [rec["step_s"] for rec in lines if rec.get("replica") == 0 and rec["committed"]
-             and rec["participants"] == 2 and rec["step"] > 5]
+             and rec["participants"] == 2 and rec["step"] > 5 and rec["t"] < fault["t"]]
     return statistics.median(steps)
 
 
@@ -84,11 +93,12 @@ def measure(args) -> dict:
     for r in range(args.repeats):
         for g in groups:  # in turns
             s = samples[g]
-            s["step"].append(step_s(launch(g, args, "--steps", str(args.steps))))
             for fault in ("kill", "hang"):
-                lines = launch(g, args, f"--{fault}-at", "4")
-                s[f"{fault}_seen"].append(after_fault_s(lines, fault, recovered=False))
-                s[fault].append(after_fault_s(lines, fault, recovered=True))
+                lines = launch(g, args, f"--{fault}-at", str(args.steps if fault == "kill" else 4))
+                s[f"{fault}_seen"].append(lines and after_fault_s(lines, fault, recovered=False))
+                s[fault].append(lines and after_fault_s(lines, fault, recovered=True))
+                if fault == "kill":
+                    s["step"].append(lines and step_s(lines))
             print(f"# repeat {r + 1}/{args.repeats} {g}: " + json.dumps({k: v[-1] for k, v in s.items()}),
                   flush=True)
     rows = []

@@ -2,8 +2,8 @@
 process group (pycomm.torchft.ProcessGroupPycomm; `pip install torchft`).
 
     python3 examples/torchft_train.py                  # a lighthouse, 2 replicas, 20 steps
-    python3 examples/torchft_train.py --kill-at 5      # kill -9 replica 1 at step 5, restart it
-    python3 examples/torchft_train.py --hang-at 5      # SIGSTOP replica 1 at step 5
+    python3 examples/torchft_train.py --kill-at 5      # replica 1: kill -9 after 5 steps, restarted
+    python3 examples/torchft_train.py --hang-at 5      # replica 1: SIGSTOP after 5 steps
     python3 examples/torchft_train.py --pg gloo        # torchft's gloo group (or baby-gloo)
 
 Each replica is a process of its own with a Manager: every step it joins the
@@ -67,6 +67,7 @@ def replica(args) -> None:
         world_size=1, lighthouse_addr=args.lighthouse, timeout=timedelta(seconds=30),
         quorum_timeout=timedelta(seconds=30))
     stop_at = args.steps
+    together = 0  # steps committed with the other replica
     while manager.current_step() < stop_at:
         started = time.monotonic()
         manager.start_quorum()
@@ -76,7 +77,7 @@ def replica(args) -> None:
         x, y = torch.randn(16, 32, generator=g), torch.randint(4, (16,), generator=g)
         loss = nn.functional.cross_entropy(model(x), y)
         loss.backward()
-        if args.fault and manager.current_step() >= args.fault_at and manager.num_participants() == 2:
+        if args.fault and together >= args.fault_at and manager.num_participants() == 2:
             # Mid-step, in a quorum with the other replica, which is on its way into the all-reduce.
             print(json.dumps({"event": args.fault, "t": time.monotonic()}), flush=True)
             os.kill(os.getpid(), signal.SIGKILL if args.fault == "kill" else signal.SIGSTOP)
@@ -87,6 +88,7 @@ def replica(args) -> None:
         committed = manager.should_commit()
         if committed:
             optimizer.step()
+            together += manager.num_participants() == 2
         print(json.dumps({"replica": args.replica_id, "step": manager.current_step(), "committed": committed,
                           "participants": manager.num_participants(), "loss": repr(loss.item()),
                           "t": time.monotonic(), "step_s": time.monotonic() - started}), flush=True)
@@ -196,8 +198,10 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--timeout", type=float, default=10.0, help="the process group's, seconds")
     p.add_argument("--kill-at", type=int, default=0,
-                   help="replica 1 kills itself (SIGKILL) mid-step at this step; it is started again")
-    p.add_argument("--hang-at", type=int, default=0, help="replica 1 stops itself (SIGSTOP) mid-step at this step")
+                   help="replica 1 kills itself (SIGKILL) mid-step after this many steps with replica 0; "
+                        "it is started again")
+    p.add_argument("--hang-at", type=int, default=0,
+                   help="replica 1 stops itself (SIGSTOP) mid-step after this many steps with replica 0")
     p.add_argument("--min-replicas", type=int, default=None,
                    help="the lighthouse's (default: 2 without a fault, for a run that repeats "
                         "bitwise; 1 with one, so the survivor trains on)")
