@@ -276,16 +276,9 @@ def test_futures_hold_what_torch_and_ddp_expect(worlds):
 
 def pycomm_workers():
     """pycomm's worker threads in this process: one per communicator."""
-    import os
+    from process_world import thread_names
 
-    names = []
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/comm") as f:
-                names.append(f.read().strip())
-        except OSError:
-            pass  # ended meanwhile
-    return names.count("pycomm-worker")
+    return thread_names().count("pycomm-worker")
 
 
 def one_backend_case():

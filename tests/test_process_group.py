@@ -115,6 +115,8 @@ def _cases(rank, port):
         d = _group(store, f"abort/{async_op}/", rank, 30)
         d.allreduce([torch.ones(1)]).wait()  # set up and in step
         if rank == 0:
+            # Rank 1 is done with that call too: the abort must not reach it mid-call.
+            store.wait([f"in_step/{async_op}"])
             thread, seen = _blocked_all_reduce(d, async_op)
             aborted = time.monotonic()
             d.abort()
@@ -123,6 +125,7 @@ def _cases(rank, port):
                                                  seen.get("at", aborted + 99) - aborted)
             store.set(f"aborted/{async_op}", "1")
         else:
+            store.set(f"in_step/{async_op}", "1")
             store.wait([f"aborted/{async_op}"])
             # Told through the session: rank 1's backend is broken too.
             res[f"peer sees abort {async_op}"] = str(d.get_error())
@@ -148,7 +151,7 @@ def test_a_backend_without_a_default_group_takes_torchfts_calls():
                 p.kill()
     for rank in range(WORLD):
         res = results[rank]
-        assert isinstance(res, dict), res  # else the rank's traceback
+        assert isinstance(res, dict), (rank, res, results)  # else the rank's traceback
         assert res["default_group"] is False
         assert res["sum"] and res["name"] == "pycomm"
         # pycomm implements no c10d reconfigure(): a new membership is a new ProcessGroup.
