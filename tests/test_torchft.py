@@ -23,6 +23,7 @@ pytest.importorskip("parameterized", reason="torchft's integration tests need pa
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
+from process_world import thread_names  # noqa: E402
 from test_faults import resource_counts  # noqa: E402
 
 from pycomm.torchft import ProcessGroupPycomm  # noqa: E402
@@ -175,25 +176,32 @@ def reconfigure_case(rounds, port):
 
     def counts():
         gc.collect()  # what only the cycle collector frees is no leak
-        return resource_counts() + (mapped_segment_bytes(),)
+        pycomm_threads = sum(name.startswith("pycomm-") for name in thread_names())
+        return resource_counts() + (mapped_segment_bytes(), pycomm_threads)
+
+    def shut_down():
+        # Counted with no group open: an open group's threads (its point-to-point
+        # engine's, its team's) come and go with its use.
+        for pg in groups:
+            pg.shutdown()
 
     run(0, 5)  # warm-up: allocator arenas and lazily made state settle
+    shut_down()
     before = counts()
     run(5, 5 + rounds)
-    after = counts()
-    for pg in groups:
-        pg.shutdown()
-    return before, after, wrong
+    shut_down()
+    return before, counts(), wrong
 
 
 def test_reconfigurations_leave_threads_fds_and_memory_flat():
     store = dist.TCPStore("localhost", 0, is_master=True, wait_for_workers=False)
-    (fds, maps, threads, mapped), after, wrong = reconfigure_case(100, store.port)
+    (fds, maps, threads, mapped, ours), after, wrong = reconfigure_case(100, store.port)
     assert not wrong, f"wrong sums in quorums {wrong}"
     assert after[0] <= fds, f"file descriptors: {fds} -> {after[0]}"
     assert after[1] <= maps + 8, f"mappings: {maps} -> {after[1]}"  # allocator noise
-    assert after[2] <= threads, f"threads: {threads} -> {after[2]}"
-    # Only the group in use is mapped, before and after.
+    assert after[4] <= ours, f"pycomm's threads: {ours} -> {after[4]}"
+    # A leak would grow with the 100 groups; torchft's earlier tests here may start one late.
+    assert after[2] <= threads + 2, f"threads: {threads} -> {after[2]}"
     assert after[3] == mapped, f"pycomm's shared memory mapped: {mapped} -> {after[3]}"
 
 
