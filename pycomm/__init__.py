@@ -9,6 +9,9 @@
     pycomm.all_reduce(t, op="sum")
     model.register_comm_hook(None, pycomm.ring_hook)
 
+    backend = pycomm.ProcessGroup(store, rank, world_size, timeout)  # no default group, as gloo's
+    from pycomm.torchft import ProcessGroupPycomm  # torchft's process group (needs torchft)
+
 Where torch or the runtime extension pycomm._C cannot load, `import pycomm`
 still works, for `pycomm doctor` to say why: the runtime's names then raise an
 AttributeError, and the modules that read its tables (pycomm.config,
@@ -23,6 +26,7 @@ __all__ = [
     "CommTimeout",
     "Communicator",
     "PeerDied",
+    "ProcessGroup",
     "RingState",
     "all_reduce",
     "allreduce_gradients",
@@ -49,6 +53,7 @@ except ImportError as error:
 else:
     _RUNTIME_ERROR = None
     from . import backend
+    from .backend import ProcessGroup
     from .errors import CollectiveMismatch, CommError, CommTimeout, PeerDied
     from .bucketing import allreduce_gradients
     from .comm import Communicator, all_reduce, barrier, destroy, get_communicator, init

@@ -18,59 +18,98 @@ A group whose ranks span hosts (topology.py) gets the hierarchical plan
 group over the ranks with the same local index on every host for the steps
 between hosts.
 
-pycomm's own API (comm.py) enters the same backends: create_host_backend
-without a fallback on one host, create_hierarchical_backend across hosts.
+Every door builds its backend in one factory, create_backend (one host or
+many), and enters a "pycomm" group's own: pycomm's own API (comm.py) and
+ring_hook on such a group take that group's backend; on any other group they
+make one without a fallback on one host; pycomm.ProcessGroup makes one from a
+store, as dist.ProcessGroupGloo does.
 """
 from __future__ import annotations
 
 import datetime
 from typing import Optional
 
+import torch
 import torch.distributed as dist
 
 from . import _C
-from .torch_compat import group_timeout
 from .config import communicator_config, timeout_seconds
 from .rendezvous import create_communicator
 from .topology import HostLayout, exchange
 
 NAME = "pycomm"
 
-# The timeout torch handed the creator of each of pycomm's groups, by group
-# name: the direct API on such a group takes it (group_timeout_s), as it takes
-# a gloo group's from its options.
-_GROUP_TIMEOUTS: dict = {}
+# The host layout each pycomm group's backend found at set-up, by group name:
+# the Communicator over such a group is that backend (group_backend), and
+# states its layout too.
+_GROUP_LAYOUTS: dict = {}
 
 
-def group_timeout_s(group) -> Optional[float]:
-    """Seconds: `group`'s own timeout (None: the default group), or None where
-    torch does not say. A group on pycomm's backend answers from what its
-    creator was given, any other through torch_compat.group_timeout."""
-    name = None
+def create_backend(store, rank: int, world: int, timeout_s: float, what: str,
+                   fallback_timeout: Optional[datetime.timedelta] = None, tag: str = ""):
+    """Collective: pycomm's c10d backend over the `world` ranks that meet
+    through `store`, and the HostLayout it found: on one host a communicator
+    (with a gloo fallback where fallback_timeout is given, see
+    create_host_backend), across hosts the hierarchical plan. The one factory
+    of every door: a group's creator, pycomm.ProcessGroup, and a Communicator
+    over a group that is not pycomm's.
+
+    Each rank counts its own set-ups in the store, so each set-up (every rank
+    making them in the same order) takes keys no earlier one wrote: a store,
+    or store prefix, used before gives a fresh group, as gloo's does (torchft
+    may configure twice under one prefix)."""
+    serial = store.add(f"pycomm/serial/{rank}", 1)
+    prefix = f"pycomm/comm/{serial}"
+    layout = exchange(store, prefix, rank, world, timeout_s, what)
+    tag = f"{tag}{serial}"
+    if len(layout.hosts) > 1:
+        backend = create_hierarchical_backend(store, prefix, layout, rank, timeout_s, what, tag=tag)
+    else:
+        backend = create_host_backend(store, prefix, rank, world, timeout_s, what, tag=tag,
+                                      fallback_timeout=fallback_timeout)
+    return backend, layout
+
+
+def group_backend(group):
+    """(backend, layout) of `group` (None: the default group) where its CPU
+    backend is pycomm's, else None: pycomm's own API on that group enters it
+    rather than set up a second communicator beside it."""
     try:
-        name = (group if group is not None else dist.group.WORLD).group_name
-    except (AttributeError, RuntimeError, ValueError):
-        pass
-    if name in _GROUP_TIMEOUTS:
-        return _GROUP_TIMEOUTS[name]
-    timeout = group_timeout(group)
-    return None if timeout is None else timeout.total_seconds()
+        group = group if group is not None else dist.group.WORLD
+        backend = group._get_backend(torch.device("cpu"))
+        _C.communicator_of(backend)  # TypeError for any other backend
+    except (AttributeError, RuntimeError, TypeError, ValueError):
+        return None
+    return backend, _GROUP_LAYOUTS.get(group.group_name)
 
 
 def _create(options, _backend_options=None):
     """The creator torch calls for each group (extended API)."""
-    rank, world = options.group_rank, options.group_size
-    _GROUP_TIMEOUTS[options.group_id] = options.timeout.total_seconds()
     # PYCOMM_TIMEOUT if set, else the group's own timeout.
     timeout_s = timeout_seconds(None, default=options.timeout.total_seconds())
-    store = options.store
-    what = f"pycomm backend set-up (group {options.group_id})"
-    layout = exchange(store, "pycomm/backend", rank, world, timeout_s, what)
-    if len(layout.hosts) > 1:
-        return create_hierarchical_backend(store, "pycomm/backend", layout, rank, timeout_s, what,
-                                           tag=f"g{options.group_id}")
-    return create_host_backend(store, "pycomm/backend", rank, world, timeout_s, what,
-                               tag=f"g{options.group_id}", fallback_timeout=options.timeout)
+    backend, layout = create_backend(options.store, options.group_rank, options.group_size, timeout_s,
+                                     f"pycomm backend set-up (group {options.group_id})",
+                                     fallback_timeout=options.timeout, tag=f"g{options.group_id}s")
+    _GROUP_LAYOUTS[options.group_id] = layout
+    return backend
+
+
+def ProcessGroup(store, rank: int, world_size: int, timeout=None):
+    """Collective: a pycomm c10d backend over `world_size` ranks that meet
+    through `store`, usable without a default group, as
+    dist.ProcessGroupGloo(store, rank, world_size, timeout) is (torchft's
+    process groups build one per quorum: pycomm/torchft.py).
+
+    timeout: a timedelta or seconds (None: $PYCOMM_TIMEOUT, else pycomm's
+    default); its set_timeout changes it for the calls that begin after it.
+    A store (prefix) used before gives a fresh group. What pycomm does not
+    run goes to a gloo backend over the same store, as on a "pycomm" group.
+    Its supports_reconfigure is False: it does not implement c10d's
+    reconfigure(); a new membership is a new ProcessGroup."""
+    timeout_s = timeout_seconds(timeout)
+    backend, _ = create_backend(store, rank, world_size, timeout_s, "pycomm.ProcessGroup",
+                                fallback_timeout=datetime.timedelta(seconds=timeout_s), tag="p")
+    return backend
 
 
 def create_host_backend(store, prefix: str, rank: int, world: int, timeout_s: float, what: str,

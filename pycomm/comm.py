@@ -2,22 +2,24 @@
 
 A communicator is set up collectively by every rank of a group, through the
 group's store (rendezvous.py), and nothing of it stays behind once set up.
-It holds the same native backend a "pycomm" process group gets (backend.py),
-so pycomm's direct API enters the one front-end dist.* enters
-(csrc/torch/frontend.h), on one host and across hosts; on one host it has no
-gloo fallback, and refuses what would go there with the argument's error.
+On a "pycomm" process group it is that group's own backend (backend.py:
+group_backend), so pycomm's direct API and the hooks make no second segment or
+worker thread; on any other group it is a backend of the same factory
+(create_backend), so pycomm's direct API enters the one front-end dist.*
+enters (csrc/torch/frontend.h), on one host and across hosts; on one host it
+has no gloo fallback, and refuses what would go there with the argument's error.
 """
 from __future__ import annotations
 
 import threading
+import warnings
 from typing import Optional, Union
 
 import torch
 import torch.distributed as dist
 
-from . import _C
+from . import _C, torch_compat
 from .config import timeout_seconds
-from .topology import exchange
 
 __all__ = ["Communicator", "init", "all_reduce", "barrier", "destroy", "get_communicator"]
 
@@ -51,27 +53,30 @@ class Communicator:
         self.world_size = dist.get_world_size(group)
         if self.rank < 0:
             raise ValueError("group: this process is not a member of the group")
+        from .backend import create_backend, group_backend
+
+        own = group_backend(group)
+        if own is not None:
+            # A "pycomm" group: its backend is this communicator, one segment
+            # and worker thread for dist.* and pycomm's API alike; it keeps the
+            # group's timeout (the group's backend's set_timeout changes it).
+            self._backend, self.layout = own
+            self._owned = False
+            self.timeout_s = _C.communicator_of(self._backend).timeout_s
+            if timeout is not None and timeout_seconds(timeout) != self.timeout_s:
+                warnings.warn(f"{_caller}: timeout={timeout!r} not taken: on a pycomm group the "
+                              f"communicator is the group's backend, whose timeout is "
+                              f"{self.timeout_s:g} s", RuntimeWarning, stacklevel=3)
+            return
         # The argument, else PYCOMM_TIMEOUT, else the group's own timeout,
         # else the settings table's default.
-        from .backend import group_timeout_s
-
-        timeout_s = timeout_seconds(timeout, default=group_timeout_s(group))
-        store = _store_of(group)
-        # Every rank creates its communicators in the same order, so each one's
-        # own count names this communicator identically on every rank.
-        serial = store.add(f"pycomm/serial/{self.rank}", 1)
-        prefix = f"pycomm/comm/{serial}"
-        layout = exchange(store, prefix, self.rank, self.world_size, timeout_s, _caller)
-        from .backend import create_hierarchical_backend, create_host_backend
-
-        if len(layout.hosts) > 1:
-            self._backend = create_hierarchical_backend(store, prefix, layout, self.rank, timeout_s,
-                                                        _caller, tag=f"c{serial}")
-        else:
-            self._backend = create_host_backend(store, prefix, self.rank, self.world_size, timeout_s,
-                                                _caller, tag=f"c{serial}")
-        self.layout = layout
-        self.timeout_s = timeout_s
+        group_timeout = torch_compat.group_timeout(group)
+        self.timeout_s = timeout_seconds(
+            timeout, default=None if group_timeout is None else group_timeout.total_seconds())
+        # Without a fallback: what would go to it is refused with the argument's error.
+        self._backend, self.layout = create_backend(_store_of(group), self.rank, self.world_size,
+                                                    self.timeout_s, _caller, tag="c")
+        self._owned = True
 
     def all_reduce(self, tensor, op="sum", async_op=False, algorithm="auto",
                    restore_on_failure=None):
@@ -94,9 +99,10 @@ class Communicator:
 
     def close(self):
         """Finishes what was issued, stops the worker thread and unmaps the
-        shared memory. Idempotent."""
+        shared memory; on a pycomm group, only lets go of the group's backend,
+        which the group closes. Idempotent."""
         backend = self.__dict__.pop("_backend", None)
-        if backend is not None:
+        if backend is not None and self._owned:
             backend.shutdown()
 
     def __repr__(self):

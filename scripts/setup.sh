@@ -36,6 +36,15 @@ if ! have "import pytest, pytest_timeout, hypothesis, expecttest, tqdm, matplotl
   echo "setup: installing test and benchmark dependencies"
   "$PY" -m pip install --quiet "pytest>=8" "pytest-timeout>=2.3" "hypothesis>=6" expecttest tqdm matplotlib ninja numpy "setuptools>=64" wheel
 fi
+# torchft (tests/test_torchft.py: pycomm as torchft's process group) and parameterized, which
+# torchft's own integration tests import. torchft asks for torch>=2.7: installed --no-deps so
+# that it can never change the torch above, then its other dependencies by name.
+if ! have "import torchft, parameterized"; then
+  echo "setup: installing torchft 0.2.0 (torch kept as it is) and parameterized"
+  "$PY" -m pip install --quiet --no-deps "torchft==0.2.0"
+  "$PY" -m pip install --quiet "opentelemetry-api>=1.39.0" "opentelemetry-sdk>=1.39.0" \
+    "opentelemetry-exporter-otlp-proto-http>=1.39.0" parameterized
+fi
 # cuobjdump, with which tests/test_cuda_codegen.py reads the built kernels'
 # registers, stack frames and PTX: NVIDIA's wheel where the toolkit lacks it.
 if ! have "import transformers, accelerate; assert transformers.__version__ == '5.23.0'"; then

@@ -274,3 +274,42 @@ def test_futures_hold_what_torch_and_ddp_expect(worlds):
     for direct, hooked in worlds(2).run(future_values_case):
         assert direct == ("list", 1, True, [2.0, 2.0, 2.0])
         assert hooked == {"None": [("Tensor", True)], "bf16": [("Tensor", True)]}, hooked
+
+
+def pycomm_workers():
+    """pycomm's worker threads in this process: one per communicator."""
+    from process_world import thread_names
+
+    return thread_names().count("pycomm-worker")
+
+
+def one_backend_case():
+    """On a pycomm group, pycomm.all_reduce, ring_hook and the op enter the
+    group's own backend: no second communicator (worker thread, segment)."""
+    from pycomm.tools.doctor import mapped_segment_bytes
+
+    group = dist.new_group(backend="cpu:pycomm")
+    t = torch.ones(8)
+    dist.all_reduce(t, group=group)  # the group's backend is set up
+    before = (pycomm_workers(), mapped_segment_bytes())
+    u = torch.ones(8)
+    pycomm.all_reduce(u, group=group)
+    torch.manual_seed(0)
+    model = DDP(nn.Linear(4, 2), process_group=group)
+    model.register_comm_hook(pycomm.RingState(group=group), pycomm.ring_hook)
+    model(torch.ones(3, 4)).sum().backward()
+    v = torch.ones(8)
+    torch.ops.pycomm.all_reduce_(v, "sum", group.group_name)
+    after = (pycomm_workers(), mapped_segment_bytes())
+    world = dist.get_world_size()
+    values = [bool((x == world).all()) for x in (t, u, v)] + [bool((model.module.weight.grad == 3).all())]
+    pycomm.destroy(group)
+    dist.destroy_process_group(group)
+    return before, after, values
+
+
+def test_direct_api_and_hook_reuse_a_pycomm_groups_backend(worlds):
+    for before, after, values in worlds(2).run(one_backend_case):
+        assert before[0] >= 1 and before[1] > 0, before
+        assert after == before, f"(worker threads, mapped bytes): {before} -> {after}"
+        assert all(values), values

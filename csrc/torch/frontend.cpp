@@ -6,6 +6,7 @@
 
 #include <c10/util/Exception.h>
 
+#include "../core/settings_check.h"
 #include "dtype_map.h"
 #include "queued_work.h"
 
@@ -68,11 +69,12 @@ c10d::ErrorType FrontEnd::getError() {
 }
 
 void FrontEnd::setTimeout(std::chrono::milliseconds timeout) {
-  // Every rank's waits share one deadline, fixed when the communicator set up
-  // (pycomm.init(timeout=...), PYCOMM_TIMEOUT, or the group's timeout): one
-  // rank cannot move it alone.
-  TORCH_WARN("pycomm: setTimeout(", timeout.count(), " ms) is ignored; this group keeps the ",
-             comm_->config().wait.timeout_s, " s timeout it was created with");
+  // This rank's waits from the next call on (torchft sets it on every quorum,
+  // on every rank); the bounds are PYCOMM_TIMEOUT's.
+  const double seconds = double(timeout.count()) / 1e3;
+  core::check_setting("timeout_s", seconds, "setTimeout");
+  comm_->session().set_timeout(seconds);
+  if (fallback_) fallback_->setTimeout(timeout);
 }
 
 void FrontEnd::abort() { comm_->abort("rank " + std::to_string(getRank()) + " aborted the process group"); }

@@ -111,7 +111,7 @@ class FrontEnd : public c10d::Backend {
   void abort() override;
   // COMM_ERROR once the session is broken (a timeout, a dead peer, an abort).
   c10d::ErrorType getError() override;
-  // Warns and keeps the timeout: it is agreed by every rank at set-up.
+  // This rank's timeout for the calls that begin from now on (the fallback's too).
   void setTimeout(std::chrono::milliseconds timeout) override;
 
   // c10d's sequence number: the collectives this rank has called on the

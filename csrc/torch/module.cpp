@@ -178,7 +178,9 @@ PYBIND11_MODULE(_C, m) {
            "place: 'posix:<name>' or 'memfd:<server id>'. memfd: an attaching rank shows `token` (hex) "
            "to rank 0's server; the creating rank admits the ranks whose tokens have the SHA-256 "
            "digests `members` (hex, in rank order; rank 0's may be empty).")
-      .def("start", &Communicator::start)
+      // Waits for the peers (the single-copy probe): without the GIL, so ranks that are
+      // threads of one process (torchft's tests run replicas so) reach it side by side.
+      .def("start", &Communicator::start, py::call_guard<py::gil_scoped_release>())
       .def("unlink_name", &Communicator::unlink_name)
       .def("close", &Communicator::close, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("rank", &Communicator::rank)
@@ -207,7 +209,16 @@ PYBIND11_MODULE(_C, m) {
                              "(cross-memory attach), as every rank agreed at set-up.")
       .def_property_readonly("single_copy_reason", &Communicator::single_copy_reason,
                              "Why the group takes the single copy, or why not.")
-      .def_property_readonly("config", [](const Communicator& c) { return config_dict(c.config()); });
+      .def_property_readonly("config", [](const Communicator& c) { return config_dict(c.config()); })
+      .def_property_readonly("timeout_s", [](Communicator& c) { return c.session().timeout_s(); },
+                             "This rank's timeout now: the one set up with, or setTimeout's since.")
+      .def(
+          "raise_if_broken",
+          [](Communicator& c) {
+            if (c.broken()) std::rethrow_exception(c.session().aborted_error("the process group"));
+          },
+          "Raises what the group's calls raise once its session is broken (a dead or stalled "
+          "peer, an abort: PeerDied, CommTimeout), naming why; returns None while it is whole.");
 
   m.def("make_backend",
         [](std::shared_ptr<Communicator> comm, std::optional<c10::intrusive_ptr<c10d::Backend>> fallback) {

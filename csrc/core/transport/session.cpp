@@ -159,7 +159,8 @@ std::unique_ptr<Session> Session::attach(int rank, int world, const SegmentPlace
 }
 
 Session::Session(int rank, int world, std::shared_ptr<ShmSegment> segment, const WaitPolicy& policy)
-    : rank_(rank), world_(world), segment_(std::move(segment)), policy_(policy) {
+    : rank_(rank), world_(world), segment_(std::move(segment)), policy_(policy),
+      timeout_s_(policy.timeout_s) {
   control(rank_).own.pid_ns.store(pid_namespace(), std::memory_order_relaxed);
   control(rank_).own.pid.store(int32_t(getpid()), std::memory_order_release);
 }
@@ -239,7 +240,7 @@ ShmSegment Session::fetch_segment(int owner, uint64_t key) {
     seg.unlink();  // both ranks map it: nobody needs the name any more
     return seg;
   }
-  const uint64_t deadline = monotonic_ns() + uint64_t(policy_.timeout_s * 1e9);
+  const uint64_t deadline = monotonic_ns() + uint64_t(timeout_s() * 1e9);
   // A dead owner's address may still take connections (a child it forked
   // holds the socket): stop waiting once the session is aborted or a peer is gone.
   const std::string who = "rank " + std::to_string(rank_) + ": fetching " + what;
@@ -274,7 +275,7 @@ void Session::start() {
 void Session::begin(const char* what) {
   what_ = what;
   if (aborted()) fail_aborted();
-  deadline_ns_ = monotonic_ns() + uint64_t(policy_.timeout_s * 1e9);
+  deadline_ns_ = monotonic_ns() + uint64_t(timeout_s() * 1e9);
 }
 
 void Session::handshake(const Fingerprint& fp) {
@@ -467,7 +468,7 @@ void Session::fail_timeout(int peer, const char* waiting_for) {
   std::ostringstream os;
   // "Timed out", as torch's backends and stores say it: tools match that text
   // (PyTorch's own suite matches " (Timed out|closed|timeout) ").
-  os << "rank " << rank_ << ": " << where() << ": Timed out after " << policy_.timeout_s << " s, ";
+  os << "rank " << rank_ << ": " << where() << ": Timed out after " << timeout_s() << " s, ";
   if (count) {
     os << "still waiting for " << missing.str() << " to enter";
   } else {

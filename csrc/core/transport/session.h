@@ -121,7 +121,19 @@ class Session {
   int rank() const { return rank_; }
   int world() const { return world_; }
   const std::string& name() const { return segment_->name(); }
-  const WaitPolicy& policy() const { return policy_; }
+  // The wait policy, with the timeout as it is now (set_timeout).
+  WaitPolicy policy() const {
+    WaitPolicy p = policy_;
+    p.timeout_s = timeout_s();
+    return p;
+  }
+  // The timeout of what begins from now on (a collective, a point-to-point
+  // operation, a segment fetch); what runs keeps its deadline. Any thread:
+  // torch's setTimeout (torchft sets it on every quorum) may come from one
+  // while another waits. Each rank's own: a rank that gives up first aborts
+  // the session, so the others fail then too.
+  void set_timeout(double seconds) { timeout_s_.store(seconds, std::memory_order_relaxed); }
+  double timeout_s() const { return timeout_s_.load(std::memory_order_relaxed); }
   ShmTransport transport() const { return ShmTransport(header().transport); }
 
   // The group's other segments (point-to-point channels), each made by one
@@ -228,7 +240,8 @@ class Session {
   int rank_;
   int world_;
   std::shared_ptr<ShmSegment> segment_;
-  WaitPolicy policy_;
+  WaitPolicy policy_;  // its timeout_s is the one set up with: timeout_s_ is the one in force
+  std::atomic<double> timeout_s_;
   PeerWatch watch_;
   // memfd: what this rank offers its peers, bound at set-up (rank 0's offers
   // the session segment from create() until unlink_name()).
