@@ -13,8 +13,8 @@
   its options: `group._get_backend(device).options._timeout`, read by
   `group_timeout` (checked on 2.13 and 2.14 for gloo groups, default and new;
   a release or backend without it gives None, and pycomm's own default holds).
-  pycomm's own groups are answered by pycomm/backend.py, which records the
-  timeout torch hands its creator.
+  A pycomm group needs no answer from here: its communicator is its own
+  backend, whose timeout is `_C.communicator_of(backend).timeout_s`.
 """
 from __future__ import annotations
 

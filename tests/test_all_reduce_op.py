@@ -177,6 +177,7 @@ def test_compiled_tensor_parallel_model_as_on_gloo(backend_worlds):
     assert torch.equal(results[0]["pycomm"][0], results[1]["pycomm"][0])
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("size", [0, 3])
 def test_meta_kernel_keeps_the_tensor(size):
     t = torch.empty(size, 2, device="meta")

@@ -201,6 +201,7 @@ def test_absent_rank_times_out_naming_it(worlds, entered_one):
     assert results[1][3]
 
 
+@pytest.mark.fast
 def test_peer_died_is_a_timeout_and_a_comm_error():
     """pycomm.PeerDied (a peer's process exited) under CommTimeout, so `except
     pycomm.CommTimeout` written before it still catches a dead peer; matches() reads its
@@ -222,6 +223,7 @@ def test_peer_died_is_a_timeout_and_a_comm_error():
     assert not pycomm.PeerDied.matches(RuntimeError("pycomm.CommTimeout: rank 0: Timed out"))
 
 
+@pytest.mark.fast
 def test_init_requires_a_process_group():
     if dist.is_initialized():
         pytest.skip("a process group exists in this process")
@@ -235,6 +237,7 @@ def test_init_requires_a_process_group():
 TIMEOUT_RANGE = "expected 0.001 to 1000000000 s"
 
 
+@pytest.mark.fast
 def test_bad_timeout_is_rejected(monkeypatch):
     """A timeout of nan never expires, inf neither, and 0 or less has passed already: each is
     refused, from the argument, from PYCOMM_TIMEOUT and from the group's own timeout, naming

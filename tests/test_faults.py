@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 import pycomm
 from support.dying_rank import die_now, die_soon, run_with_a_death
-from support.process_world import ProcessWorld, environ
+from support.process_world import ProcessWorld, environ, resource_counts
 
 pytestmark = pytest.mark.ranks
 
@@ -127,14 +127,6 @@ def two_groups_case():
 
 def test_two_communicators_do_not_interfere(worlds):
     assert worlds(4).run(two_groups_case) == [True] * 4
-
-
-def resource_counts():
-    fds = len(os.listdir("/proc/self/fd"))
-    with open("/proc/self/maps") as f:
-        maps = sum(1 for _ in f)
-    threads = len(os.listdir("/proc/self/task"))
-    return fds, maps, threads
 
 
 def create_destroy_case(n):

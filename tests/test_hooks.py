@@ -278,7 +278,7 @@ def test_futures_hold_what_torch_and_ddp_expect(worlds):
 
 def pycomm_workers():
     """pycomm's worker threads in this process: one per communicator."""
-    from process_world import thread_names
+    from support.process_world import thread_names
 
     return thread_names().count("pycomm-worker")
 

@@ -23,8 +23,7 @@ pytest.importorskip("parameterized", reason="torchft's integration tests need pa
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
-from process_world import thread_names  # noqa: E402
-from test_faults import resource_counts  # noqa: E402
+from support.process_world import resource_counts, thread_names  # noqa: E402
 
 from pycomm.torchft import ProcessGroupPycomm  # noqa: E402
 

@@ -12,7 +12,11 @@
 
 namespace pycomm::core {
 
-enum class CollectiveKind : uint32_t {
+// What a handshake is for, as its fingerprint states it: a collective (a CPU
+// and a CUDA all-reduce apart) or the CUDA path's set-up. Its values are
+// what ranks compare, so they never change. The routing table's list of
+// collectives (routing.h's Collective) is another thing: what a call asks for.
+enum class FingerprintKind : uint32_t {
   kAllReduce = 1,
   kBarrier = 2,
   kBroadcast = 3,
@@ -61,7 +65,7 @@ inline constexpr int kAlgorithms = int(Algorithm::kSingleCopy) + 1;
 // and divisor, 5 place (bump kLayoutVersion in session_layout.h when this changes).
 struct Fingerprint {
   uint64_t count = 0;      // elements per rank (all_gather: input; reduce_scatter: output)
-  uint32_t kind = 0;       // CollectiveKind
+  uint32_t kind = 0;       // FingerprintKind
   uint32_t dtype = 0;      // DType
   uint32_t op = 0;         // ReduceOp (0 where the collective does not reduce)
   uint32_t algorithm = 0;  // Algorithm, never kAuto
@@ -81,7 +85,7 @@ struct Fingerprint {
 // A collective's fingerprint. `op` where it reduces (avg records its divisor:
 // ranks that divide by different counts are in different collectives), `root`
 // for broadcast and reduce.
-inline Fingerprint fingerprint_of(CollectiveKind kind, uint64_t count, DType dtype,
+inline Fingerprint fingerprint_of(FingerprintKind kind, uint64_t count, DType dtype,
                                   Algorithm algorithm, const ReduceOp* op = nullptr,
                                   int divisor = 0, int root = -1) {
   Fingerprint fp;
@@ -96,18 +100,18 @@ inline Fingerprint fingerprint_of(CollectiveKind kind, uint64_t count, DType dty
 }
 
 inline const char* kind_name(uint32_t k) {
-  switch (CollectiveKind(k)) {
-    case CollectiveKind::kAllReduce: return "all_reduce";
-    case CollectiveKind::kBarrier: return "barrier";
-    case CollectiveKind::kBroadcast: return "broadcast";
-    case CollectiveKind::kReduce: return "reduce";
-    case CollectiveKind::kAllGather: return "all_gather";
-    case CollectiveKind::kReduceScatter: return "reduce_scatter";
-    case CollectiveKind::kAllToAll: return "all_to_all";
-    case CollectiveKind::kCudaAllReduce: return "all_reduce (cuda)";
-    case CollectiveKind::kCudaSetup: return "cuda set-up";
-    case CollectiveKind::kGather: return "gather";
-    case CollectiveKind::kScatter: return "scatter";
+  switch (FingerprintKind(k)) {
+    case FingerprintKind::kAllReduce: return "all_reduce";
+    case FingerprintKind::kBarrier: return "barrier";
+    case FingerprintKind::kBroadcast: return "broadcast";
+    case FingerprintKind::kReduce: return "reduce";
+    case FingerprintKind::kAllGather: return "all_gather";
+    case FingerprintKind::kReduceScatter: return "reduce_scatter";
+    case FingerprintKind::kAllToAll: return "all_to_all";
+    case FingerprintKind::kCudaAllReduce: return "all_reduce (cuda)";
+    case FingerprintKind::kCudaSetup: return "cuda set-up";
+    case FingerprintKind::kGather: return "gather";
+    case FingerprintKind::kScatter: return "scatter";
   }
   return "unknown";
 }
@@ -140,7 +144,7 @@ inline constexpr Algorithm kAllReduceAlgorithms[] = {Algorithm::kAuto,    Algori
 inline std::string describe(const Fingerprint& fp) {
   std::ostringstream os;
   os << kind_name(fp.kind);
-  if (CollectiveKind(fp.kind) == CollectiveKind::kBarrier) return os.str() + "()";
+  if (FingerprintKind(fp.kind) == FingerprintKind::kBarrier) return os.str() + "()";
   os << "(count=" << fp.count << ", dtype=" << dtype_label(DType(fp.dtype));
   if (fp.op) os << ", op=" << op_name(ReduceOp(fp.op));
   if (fp.divisor) os << ", divisor=" << fp.divisor;

@@ -112,20 +112,20 @@ Route route(const RouteQuery& q) {
   const bool one_host_only = q.collective >= Collective::kGather;
   const bool pycomm_runs = (q.collective <= Collective::kBarrier || (one_host_only && q.hosts == 1)) &&
                            !q.sparse && (q.native_op || !reduces(q.collective));
-  if (!pycomm_runs) return {Runner::kFallback, Algorithm::kGloo};
+  if (!pycomm_runs) return {PlanKind::kFallback, Algorithm::kGloo};
   if (q.cuda) {
     // CUDA tensors: pycomm's own all-reduce on one host, for what its kernels
     // take; the rest, and everything across hosts, through gloo (which stages
     // them through the host).
     if (q.collective == Collective::kAllReduce && q.hosts == 1 && q.contiguous &&
         cuda_all_reduce_takes(q.dtype, q.op)) {
-      return {Runner::kCuda, q.requested != Algorithm::kAuto ? q.requested
+      return {PlanKind::kCuda, q.requested != Algorithm::kAuto ? q.requested
                                                              : cuda_algorithm(q.local_size, q.bytes)};
     }
-    return {Runner::kFallback, Algorithm::kGloo};
+    return {PlanKind::kFallback, Algorithm::kGloo};
   }
-  if (q.hosts > 1) return {Runner::kHierarchical, hierarchical_route(q)};
-  return {Runner::kHost, host_route(q)};
+  if (q.hosts > 1) return {PlanKind::kHierarchical, hierarchical_route(q)};
+  return {PlanKind::kHost, host_route(q)};
 }
 
 bool parse_two_level(const std::string& name, TwoLevel* out) {
@@ -179,12 +179,12 @@ const char* collective_name(Collective c) {
   return "unknown";
 }
 
-const char* runner_name(Runner r) {
+const char* plan_name(PlanKind r) {
   switch (r) {
-    case Runner::kHost: return "host";
-    case Runner::kHierarchical: return "hierarchical";
-    case Runner::kCuda: return "cuda";
-    case Runner::kFallback: return "fallback";
+    case PlanKind::kHost: return "host";
+    case PlanKind::kHierarchical: return "hierarchical";
+    case PlanKind::kCuda: return "cuda";
+    case PlanKind::kFallback: return "fallback";
   }
   return "unknown";
 }

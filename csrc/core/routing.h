@@ -25,13 +25,13 @@ inline constexpr int kCollectives = int(Collective::kRecv) + 1;
 
 // What runs a call: one of the front-end's plans (csrc/torch/plan.h), its
 // CUDA path, or its fallback backend.
-enum class Runner : uint8_t {
+enum class PlanKind : uint8_t {
   kHost,          // the host plan: one core collective over this host's shared memory
   kHierarchical,  // the hierarchical plan: shared memory inside each host, another backend between them
   kCuda,          // the CUDA IPC all-reduce of one host (csrc/torch/cuda_path.h)
   kFallback,      // the group-wide gloo backend, queued after pycomm's work
 };
-inline constexpr int kRunners = int(Runner::kFallback) + 1;
+inline constexpr int kPlanKinds = int(PlanKind::kFallback) + 1;
 
 // The two_level setting (settings.h).
 enum class TwoLevel : uint8_t { kAuto, kOn, kOff };
@@ -40,7 +40,7 @@ bool parse_two_level(const std::string& name, TwoLevel* out);
 
 // The table's answer: its algorithm is never kAuto.
 struct Route {
-  Runner runner;
+  PlanKind plan;
   Algorithm algorithm;
 };
 
@@ -51,7 +51,7 @@ struct Route {
 struct RouteQuery {
   Collective collective = Collective::kAllReduce;
   // What the caller asked for (pycomm.all_reduce's algorithm=): kept where the
-  // runner has a choice (one host, CUDA), else ignored. The core's collectives
+  // plan has a choice (one host, CUDA), else ignored. The core's collectives
   // and the CUDA path refuse one they do not run.
   Algorithm requested = Algorithm::kAuto;
   bool cuda = false;       // a tensor is on a CUDA device
@@ -113,7 +113,7 @@ Algorithm host_algorithm(size_t bytes_per_rank, int local_size, size_t direct_ma
 bool cuda_all_reduce_takes(DType dtype, ReduceOp op);
 
 const char* collective_name(Collective c);
-const char* runner_name(Runner r);
+const char* plan_name(PlanKind r);
 // (algorithm_name: collective.h.) route() answers every Algorithm but kAuto.
 
 }  // namespace pycomm::core

@@ -97,7 +97,7 @@ IpcDataPath::IpcDataPath(core::Session& session, core::ShmDataPath& host_path, i
       pads_(size_t(session.world()), nullptr),
       opened_(size_t(session.world()), false) {
   DeviceScope scope(device);
-  const core::Fingerprint fp = core::fingerprint_of(core::CollectiveKind::kCudaSetup, buffer_bytes,
+  const core::Fingerprint fp = core::fingerprint_of(core::FingerprintKind::kCudaSetup, buffer_bytes,
                                                     core::DType::kUInt8, core::Algorithm::kDirect);
   try {
     session.begin("cuda set-up");

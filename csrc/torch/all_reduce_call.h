@@ -3,7 +3,7 @@
 // allreduce and allreduce_coalesced (frontend_all_reduce.cpp), pycomm.all_reduce
 // (module.cpp) and torch.ops.pycomm.all_reduce_ (all_reduce_op.cpp). The
 // front-end's entry, FrontEnd::all_reduce_call, then decides the rest in one
-// function (FrontEnd::resolve): what runs it (the routing table's runner),
+// function (FrontEnd::resolve): what runs it (the routing table's plan),
 // each tensor's core dtype and algorithm (a tensor in symmetric memory is a
 // field of the table's query, and its two_shot the table's answer), and
 // restore's default. The job, the plans and the CUDA path read the steps it
@@ -57,7 +57,7 @@ struct AllReduceCall {
   const c10d::AllreduceOptions* options = nullptr;
 
   // ---- Decided by FrontEnd::resolve, once.
-  core::Runner runner = core::Runner::kHost;
+  core::PlanKind plan = core::PlanKind::kHost;
   c10::SmallVector<AllReduceStep, 1> steps;  // one per tensor (none for the fallback)
 };
 

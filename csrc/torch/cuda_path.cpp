@@ -123,7 +123,7 @@ class CudaPath {
         throw core::InvalidArgument(std::string("all_reduce (cuda): ") + bad);
       }
     }
-    session.handshake(core::fingerprint_of(core::CollectiveKind::kCudaAllReduce, a.count, a.dtype,
+    session.handshake(core::fingerprint_of(core::FingerprintKind::kCudaAllReduce, a.count, a.dtype,
                                            a.algorithm, &a.op, world));
     if (a.count == 0) return;
     // The kernel's waits end when the collective's time is up (a handshake

@@ -35,8 +35,8 @@ core::RouteQuery FrontEnd::query(core::Collective c, const CallWhere& w, const R
   return q;
 }
 
-core::Runner FrontEnd::runner_of(core::Collective c, const CallWhere& w) const {
-  return core::route(query(c, w, Reduction())).runner;
+core::PlanKind FrontEnd::plan_of(core::Collective c, const CallWhere& w) const {
+  return core::route(query(c, w, Reduction())).plan;
 }
 
 core::Route FrontEnd::route_of(core::RouteQuery q, const at::Tensor& sized, int64_t times) {

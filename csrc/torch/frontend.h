@@ -138,7 +138,7 @@ class FrontEnd : public c10d::Backend {
                          core::Algorithm requested = core::Algorithm::kAuto) const;
   // What runs a call whose messages' sizes decide nothing (the collectives
   // whose plan methods take no algorithm).
-  core::Runner runner_of(core::Collective c, const CallWhere& w) const;
+  core::PlanKind plan_of(core::Collective c, const CallWhere& w) const;
   // The table's answer for a message of `sized`'s size per rank (`times`
   // copies of it: reduce_scatter's list); undefined: no size.
   static core::Route route_of(core::RouteQuery q, const at::Tensor& sized, int64_t times = 1);
@@ -148,7 +148,7 @@ class FrontEnd : public c10d::Backend {
                                                     const std::vector<at::Tensor>& sized);
 
   // The decisions of an all-reduce (all_reduce_call.h), made once: fills
-  // call.runner and, unless the fallback runs it, checks the tensors and
+  // call.plan and, unless the fallback runs it, checks the tensors and
   // fills call.steps.
   void resolve(const std::vector<at::Tensor>& tensors, AllReduceCall& call) const;
   // Whether `t` lies, contiguous, in the symmetric memory of this host's

@@ -93,10 +93,10 @@ void FrontEnd::resolve(const std::vector<at::Tensor>& tensors, AllReduceCall& ca
   SymmetricPlace first_place;
   q.symmetric = symmetric(q, first, &first_place);
   const core::Route first_route = route_of(q, first);
-  call.runner = first_route.runner;
-  if (call.runner == core::Runner::kFallback) return;
+  call.plan = first_route.plan;
+  if (call.plan == core::PlanKind::kFallback) return;
   if (!call.coalesced) single_tensor(tensors, "tensor");
-  const bool cuda = call.runner == core::Runner::kCuda;
+  const bool cuda = call.plan == core::PlanKind::kCuda;
   // The default is decided here alone. A CUDA all-reduce that fails part way
   // leaves the tensor partly reduced (its kernels write the output piece by
   // piece): no restore.
@@ -148,8 +148,8 @@ c10::intrusive_ptr<c10d::Work> FrontEnd::launch(c10d::OpType type, const std::ve
 c10::intrusive_ptr<c10d::Work> FrontEnd::all_reduce_call(std::vector<at::Tensor>& tensors, AllReduceCall call) {
   const core::PartTimer timed = enter();
   resolve(tensors, call);
-  if (call.runner == core::Runner::kFallback) return fallback_all_reduce(tensors, call);
-  if (call.runner == core::Runner::kCuda) return cuda_all_reduce(tensors, call);
+  if (call.plan == core::PlanKind::kFallback) return fallback_all_reduce(tensors, call);
+  if (call.plan == core::PlanKind::kCuda) return cuda_all_reduce(tensors, call);
   AllReduceBody body{plan_, {}, std::move(call.steps), call.reduction.premul, call.reduction.factor};
   for (const at::Tensor& t : tensors) body.tensors.emplace_back(t, StagedTensor::Use::kInOut);
   return launch(c10d::OpType::ALLREDUCE, tensors, std::move(body), call.async_op, call.blocking);

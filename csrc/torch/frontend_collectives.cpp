@@ -97,7 +97,7 @@ c10::intrusive_ptr<c10d::Work> FrontEnd::broadcast(std::vector<at::Tensor>& tens
   const core::PartTimer timed = enter();
   const core::Route route = route_of(query(core::Collective::kBroadcast, where_of(tensors), Reduction()),
                                      tensors.empty() ? at::Tensor() : tensors[0]);
-  if (route.runner == core::Runner::kFallback) return fallback().broadcast(tensors, opts);
+  if (route.plan == core::PlanKind::kFallback) return fallback().broadcast(tensors, opts);
   const at::Tensor& t = single_tensor(tensors, "tensor");
   check_tensor(t, "tensor");
   check_root(opts.rootRank, getSize(), "src");
@@ -120,7 +120,7 @@ c10::intrusive_ptr<c10d::Work> FrontEnd::reduce(std::vector<at::Tensor>& tensors
   const Reduction red = Reduction::of(opts.reduceOp);
   const core::Route route = route_of(query(core::Collective::kReduce, where_of(tensors), red),
                                      tensors.empty() ? at::Tensor() : tensors[0]);
-  if (route.runner == core::Runner::kFallback) return fallback().reduce(tensors, opts);
+  if (route.plan == core::PlanKind::kFallback) return fallback().reduce(tensors, opts);
   const at::Tensor& t = single_tensor(tensors, "tensor");
   check_tensor(t, "tensor");
   check_op_for_dtype(red.op, red.premul, t.scalar_type(), "tensor");
@@ -151,7 +151,7 @@ c10::intrusive_ptr<c10d::Work> FrontEnd::_allgather_base(at::Tensor& output, at:
   const core::PartTimer timed = enter();
   const core::Route route =
       route_of(query(core::Collective::kAllGather, where_of(output, input), Reduction()), input);
-  if (route.runner == core::Runner::kFallback) return fallback()._allgather_base(output, input, opts);
+  if (route.plan == core::PlanKind::kFallback) return fallback()._allgather_base(output, input, opts);
   std::vector<at::Tensor> outs{output}, ins{input};
   return all_gather_tensors(outs, ins, {route.algorithm}, opts.asyncOp);
 }
@@ -162,7 +162,7 @@ c10::intrusive_ptr<c10d::Work> FrontEnd::allgather_into_tensor_coalesced(
   const core::PartTimer timed = enter();
   const core::RouteQuery q = query(core::Collective::kAllGather, where_of(outputs, inputs), Reduction());
   const core::Route route = route_of(q, inputs.empty() ? at::Tensor() : inputs[0]);
-  if (route.runner == core::Runner::kFallback) {
+  if (route.plan == core::PlanKind::kFallback) {
     return fallback().allgather_into_tensor_coalesced(outputs, inputs, opts);
   }
   return all_gather_tensors(outputs, inputs, algorithms_of(q, route, inputs), opts.asyncOp);
@@ -193,7 +193,7 @@ c10::intrusive_ptr<c10d::Work> FrontEnd::allgather(std::vector<std::vector<at::T
   const core::Route route =
       route_of(query(core::Collective::kAllGather, where_of(outputs, inputs), Reduction()),
                inputs.empty() ? at::Tensor() : inputs[0]);
-  if (route.runner == core::Runner::kFallback) return fallback().allgather(outputs, inputs, opts);
+  if (route.plan == core::PlanKind::kFallback) return fallback().allgather(outputs, inputs, opts);
   single_tensor(inputs, "input_tensor");
   TORCH_CHECK_VALUE(outputs.size() == 1, "tensor_list: expected one list (one device per rank)");
   return all_gather_lists(outputs, inputs, {route.algorithm}, c10d::OpType::ALLGATHER, opts.asyncOp);
@@ -205,7 +205,7 @@ c10::intrusive_ptr<c10d::Work> FrontEnd::allgather_coalesced(
   const core::PartTimer timed = enter();
   const core::RouteQuery q = query(core::Collective::kAllGather, where_of(outputs, inputs), Reduction());
   const core::Route route = route_of(q, inputs.empty() ? at::Tensor() : inputs[0]);
-  if (route.runner == core::Runner::kFallback) return fallback().allgather_coalesced(outputs, inputs, opts);
+  if (route.plan == core::PlanKind::kFallback) return fallback().allgather_coalesced(outputs, inputs, opts);
   // c10d's layout (dist.all_gather_coalesced): one list per rank, each with
   // one tensor per input. The lists by input are allgather's.
   TORCH_CHECK_VALUE(int64_t(outputs.size()) == getSize(), "output_tensor_lists: expected ",
@@ -251,7 +251,7 @@ c10::intrusive_ptr<c10d::Work> FrontEnd::_reduce_scatter_base(at::Tensor& output
   const Reduction red = Reduction::of(opts.reduceOp);
   const core::Route route =
       route_of(query(core::Collective::kReduceScatter, where_of(output, input), red), input);
-  if (route.runner == core::Runner::kFallback) return fallback()._reduce_scatter_base(output, input, opts);
+  if (route.plan == core::PlanKind::kFallback) return fallback()._reduce_scatter_base(output, input, opts);
   std::vector<at::Tensor> outs{output}, ins{input};
   return reduce_scatter_tensors(outs, ins, red, {route.algorithm}, opts.asyncOp);
 }
@@ -263,7 +263,7 @@ c10::intrusive_ptr<c10d::Work> FrontEnd::reduce_scatter_tensor_coalesced(
   const Reduction red = Reduction::of(opts.reduceOp);
   const core::RouteQuery q = query(core::Collective::kReduceScatter, where_of(outputs, inputs), red);
   const core::Route route = route_of(q, inputs.empty() ? at::Tensor() : inputs[0]);
-  if (route.runner == core::Runner::kFallback) {
+  if (route.plan == core::PlanKind::kFallback) {
     return fallback().reduce_scatter_tensor_coalesced(outputs, inputs, opts);
   }
   return reduce_scatter_tensors(outputs, inputs, red, algorithms_of(q, route, inputs), opts.asyncOp);
@@ -299,7 +299,7 @@ c10::intrusive_ptr<c10d::Work> FrontEnd::reduce_scatter(std::vector<at::Tensor>&
   // The input is the list concatenated: world x the output.
   const core::Route route = route_of(query(core::Collective::kReduceScatter, where_of(outputs, inputs), red),
                                      outputs.empty() ? at::Tensor() : outputs[0], getSize());
-  if (route.runner == core::Runner::kFallback) return fallback().reduce_scatter(outputs, inputs, opts);
+  if (route.plan == core::PlanKind::kFallback) return fallback().reduce_scatter(outputs, inputs, opts);
   check_reduce_scatter_list(outputs, inputs, getSize(), red.op, red.premul);
   Job job;
   job.outputs = outputs;
@@ -323,7 +323,7 @@ c10::intrusive_ptr<c10d::Work> FrontEnd::alltoall_base(at::Tensor& output, at::T
                                                       std::vector<int64_t>& input_split_sizes,
                                                       const c10d::AllToAllOptions& opts) {
   const core::PartTimer timed = enter();
-  if (runner_of(core::Collective::kAllToAll, where_of(output, input)) == core::Runner::kFallback) {
+  if (plan_of(core::Collective::kAllToAll, where_of(output, input)) == core::PlanKind::kFallback) {
     return fallback().alltoall_base(output, input, output_split_sizes, input_split_sizes, opts);
   }
   check_all_to_all_single(output, input);
@@ -339,7 +339,7 @@ c10::intrusive_ptr<c10d::Work> FrontEnd::alltoall(std::vector<at::Tensor>& outpu
                                                  std::vector<at::Tensor>& inputs,
                                                  const c10d::AllToAllOptions& opts) {
   const core::PartTimer timed = enter();
-  if (runner_of(core::Collective::kAllToAll, where_of(outputs, inputs)) == core::Runner::kFallback) {
+  if (plan_of(core::Collective::kAllToAll, where_of(outputs, inputs)) == core::PlanKind::kFallback) {
     return fallback().alltoall(outputs, inputs, opts);
   }
   check_all_to_all_lists(outputs, inputs, getSize());
@@ -379,7 +379,7 @@ c10::intrusive_ptr<c10d::Work> FrontEnd::gather(std::vector<std::vector<at::Tens
   const core::PartTimer timed = enter();
   const core::Route route = route_of(query(core::Collective::kGather, where_of(outputs, inputs), Reduction()),
                                      inputs.empty() ? at::Tensor() : inputs[0]);
-  if (route.runner == core::Runner::kFallback) return fallback().gather(outputs, inputs, opts);
+  if (route.plan == core::PlanKind::kFallback) return fallback().gather(outputs, inputs, opts);
   const at::Tensor& in = single_tensor(inputs, "tensor");
   check_tensor(in, "tensor");
   check_root(opts.rootRank, getSize(), "dst");
@@ -408,7 +408,7 @@ c10::intrusive_ptr<c10d::Work> FrontEnd::scatter(std::vector<at::Tensor>& output
   const core::PartTimer timed = enter();
   const core::Route route = route_of(query(core::Collective::kScatter, where_of(outputs, inputs), Reduction()),
                                      outputs.empty() ? at::Tensor() : outputs[0]);
-  if (route.runner == core::Runner::kFallback) return fallback().scatter(outputs, inputs, opts);
+  if (route.plan == core::PlanKind::kFallback) return fallback().scatter(outputs, inputs, opts);
   const at::Tensor& out = single_tensor(outputs, "tensor");
   check_tensor(out, "tensor");
   check_writable(out, "tensor");

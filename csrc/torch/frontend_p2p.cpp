@@ -180,21 +180,21 @@ c10::intrusive_ptr<c10d::Work> FrontEnd::point_to_point(core::P2POp::Kind kind,
 }
 
 c10::intrusive_ptr<c10d::Work> FrontEnd::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
-  if (runner_of(core::Collective::kSend, where_of(tensors)) == core::Runner::kFallback) {
+  if (plan_of(core::Collective::kSend, where_of(tensors)) == core::PlanKind::kFallback) {
     return fallback().send(tensors, dst, tag);
   }
   return point_to_point(core::P2POp::Kind::kSend, tensors, dst, tag);
 }
 
 c10::intrusive_ptr<c10d::Work> FrontEnd::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
-  if (runner_of(core::Collective::kRecv, where_of(tensors)) == core::Runner::kFallback) {
+  if (plan_of(core::Collective::kRecv, where_of(tensors)) == core::PlanKind::kFallback) {
     return fallback().recv(tensors, src, tag);
   }
   return point_to_point(core::P2POp::Kind::kRecv, tensors, src, tag);
 }
 
 c10::intrusive_ptr<c10d::Work> FrontEnd::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
-  if (runner_of(core::Collective::kRecv, where_of(tensors)) == core::Runner::kFallback) {
+  if (plan_of(core::Collective::kRecv, where_of(tensors)) == core::PlanKind::kFallback) {
     return fallback().recvAnysource(tensors, tag);
   }
   return point_to_point(core::P2POp::Kind::kRecv, tensors, core::P2POp::kAnySource, tag);

@@ -11,7 +11,7 @@
 // memory) and HierarchicalPlan (hierarchical_plan.h: shared memory inside each
 // host, another backend between hosts). CUDA tensors take the CUDA path
 // (cuda_path.h), which makes jobs of its own on a device stream; what pycomm
-// does not run goes to the fallback backend (the table's other runners).
+// does not run goes to the fallback backend (the table's other plans).
 #pragma once
 
 #include <ATen/ATen.h>

@@ -149,7 +149,7 @@ py::tuple route_of(const std::string& collective, bool cuda, bool sparse, bool n
   q.hosts = hosts;
   q.local_size = local_size;
   const Route r = core::route(q);
-  return py::make_tuple(runner_name(r.runner), algorithm_name(r.algorithm));
+  return py::make_tuple(plan_name(r.plan), algorithm_name(r.algorithm));
 }
 
 // A tuple of the names name_at(0), ..., name_at(n - 1).
@@ -189,7 +189,7 @@ core::CommConfig config_from(const py::dict& d) {
 void bind_tables(py::module_& m) {
   m.attr("COLLECTIVES") =
       names(kCollectives, [](size_t i) { return collective_name(Collective(i)); });
-  m.attr("PLANS") = names(kRunners, [](size_t i) { return runner_name(Runner(i)); });
+  m.attr("PLANS") = names(kPlanKinds, [](size_t i) { return plan_name(PlanKind(i)); });
   // Every answer of route(): each algorithm but auto.
   m.attr("ALGORITHMS") =
       names(kAlgorithms - 1, [](size_t i) { return algorithm_name(Algorithm(i + 1)); });

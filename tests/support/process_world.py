@@ -71,6 +71,15 @@ def thread_names() -> list:
     return names
 
 
+def resource_counts() -> tuple:
+    """This process's open fds, mappings and threads: what a leak would grow."""
+    fds = len(os.listdir("/proc/self/fd"))
+    with open("/proc/self/maps") as f:
+        maps = sum(1 for _ in f)
+    threads = len(os.listdir("/proc/self/task"))
+    return fds, maps, threads
+
+
 def reference_group():
     """In a rank: a gloo group over every rank (the default group in a gloo world)."""
     import torch.distributed as dist

@@ -18,7 +18,7 @@ void all_gather(const Context& ctx, const AllGatherArgs& a) {
   const size_t esize = dtype_size(a.dtype);
   check_host_algorithm("all_gather", a.algorithm, ctx);
   const Algorithm algo = a.algorithm;
-  const Fingerprint fp = fingerprint_of(CollectiveKind::kAllGather, a.count, a.dtype, algo);
+  const Fingerprint fp = fingerprint_of(FingerprintKind::kAllGather, a.count, a.dtype, algo);
   const char* in = static_cast<const char*>(a.input);
   const RankParts<char> out{a.outputs, a.output, a.count * esize};
   if (algo == Algorithm::kSingleCopy && world > 1 && a.count > 0) {

@@ -78,7 +78,7 @@ void all_reduce(const Context& ctx, const AllReduceArgs& a) {
   const int world = ctx.session.world();
   const int divisor = a.divisor > 0 ? a.divisor : world;
   const Algorithm algo = a.algorithm;
-  Fingerprint fp = fingerprint_of(CollectiveKind::kAllReduce, a.count, a.dtype, algo, &a.op, divisor);
+  Fingerprint fp = fingerprint_of(FingerprintKind::kAllReduce, a.count, a.dtype, algo, &a.op, divisor);
   if (algo == Algorithm::kTwoShot && a.peers) {
     fp.place = a.place;
     two_shot_in_place(ctx, a, fp, divisor);

@@ -64,7 +64,7 @@ void all_to_all(const Context& ctx, const AllToAllArgs& a) {
   }
   // The sizes are checked after the handshake (check_sizes), not fingerprinted:
   // each rank knows only its own row and column of the matrix.
-  const Fingerprint fp = fingerprint_of(CollectiveKind::kAllToAll, 0, a.dtype, Algorithm::kPairwise);
+  const Fingerprint fp = fingerprint_of(FingerprintKind::kAllToAll, 0, a.dtype, Algorithm::kPairwise);
   const size_t esize = dtype_size(a.dtype);
   const bool reads = ctx.cma.enabled();
   uint64_t* post = static_cast<uint64_t*>(ctx.path.next_slot());

@@ -6,7 +6,7 @@ namespace pycomm::core {
 // entered another collective.
 void barrier(const Context& ctx) {
   ctx.session.begin("barrier");
-  ctx.session.handshake(fingerprint_of(CollectiveKind::kBarrier, 0, DType::kFloat32, Algorithm::kDirect));
+  ctx.session.handshake(fingerprint_of(FingerprintKind::kBarrier, 0, DType::kFloat32, Algorithm::kDirect));
 }
 
 }  // namespace pycomm::core

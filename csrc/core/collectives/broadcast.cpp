@@ -44,7 +44,7 @@ void broadcast(const Context& ctx, const BroadcastArgs& a) {
   if (a.root < 0 || a.root >= world) throw InvalidArgument("root: out of range for this group");
   check_staged_or_single_copy("broadcast", a.algorithm, ctx);
   const bool is_root = ctx.session.rank() == a.root;
-  const Fingerprint fp = fingerprint_of(CollectiveKind::kBroadcast, a.count, a.dtype, a.algorithm, nullptr, 0,
+  const Fingerprint fp = fingerprint_of(FingerprintKind::kBroadcast, a.count, a.dtype, a.algorithm, nullptr, 0,
                                         a.root);
   restoring_on_failure(ctx.backup, a.data, a.count * dtype_size(a.dtype), a.restore && !is_root, [&] {
     if (a.algorithm == Algorithm::kSingleCopy && world > 1) {

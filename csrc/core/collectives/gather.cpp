@@ -16,7 +16,7 @@ void gather(const Context& ctx, const GatherArgs& a) {
   if (a.root < 0 || a.root >= world) throw InvalidArgument("root: out of range for this group");
   check_staged_or_single_copy("gather", a.algorithm, ctx);
   const bool is_root = ctx.session.rank() == a.root;
-  const Fingerprint fp = fingerprint_of(CollectiveKind::kGather, a.count, a.dtype, a.algorithm, nullptr, 0, a.root);
+  const Fingerprint fp = fingerprint_of(FingerprintKind::kGather, a.count, a.dtype, a.algorithm, nullptr, 0, a.root);
   const size_t esize = dtype_size(a.dtype);
   const char* in = static_cast<const char*>(a.input);
   const RankParts<char> out{a.outputs, a.output, a.count * esize};

@@ -13,7 +13,7 @@ void reduce(const Context& ctx, const ReduceArgs& a) {
   if (a.root < 0 || a.root >= world) throw InvalidArgument("root: out of range for this group");
   const bool is_root = ctx.session.rank() == a.root;
   const int divisor = a.divisor > 0 ? a.divisor : world;
-  const Fingerprint fp = fingerprint_of(CollectiveKind::kReduce, a.count, a.dtype,
+  const Fingerprint fp = fingerprint_of(FingerprintKind::kReduce, a.count, a.dtype,
                                         Algorithm::kDirect, &a.op, divisor, a.root);
   char* data = static_cast<char*>(a.data);
   restoring_on_failure(ctx.backup, data, a.count * dtype_size(a.dtype), a.restore && is_root, [&] {

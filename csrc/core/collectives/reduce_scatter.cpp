@@ -26,7 +26,7 @@ void reduce_scatter(const Context& ctx, const ReduceScatterArgs& a) {
   check_host_algorithm("reduce_scatter", a.algorithm, ctx);
   const Algorithm algo = a.algorithm;
   const Fingerprint fp =
-      fingerprint_of(CollectiveKind::kReduceScatter, a.count, a.dtype, algo, &a.op, divisor);
+      fingerprint_of(FingerprintKind::kReduceScatter, a.count, a.dtype, algo, &a.op, divisor);
   const char* in = static_cast<const char*>(a.input);
   char* out = static_cast<char*>(a.output);
   if (algo == Algorithm::kSingleCopy && world > 1 && a.count > 0) {

@@ -18,7 +18,7 @@ void scatter(const Context& ctx, const ScatterArgs& a) {
   const int rank = ctx.session.rank();
   if (a.root < 0 || a.root >= world) throw InvalidArgument("root: out of range for this group");
   check_staged_or_single_copy("scatter", a.algorithm, ctx);
-  const Fingerprint fp = fingerprint_of(CollectiveKind::kScatter, a.count, a.dtype, a.algorithm, nullptr, 0,
+  const Fingerprint fp = fingerprint_of(FingerprintKind::kScatter, a.count, a.dtype, a.algorithm, nullptr, 0,
                                         a.root);
   const size_t esize = dtype_size(a.dtype);
   char* out = static_cast<char*>(a.output);

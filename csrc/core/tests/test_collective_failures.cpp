@@ -158,7 +158,7 @@ TEST(ring_failure_midway_restores_the_input) {
       Session& s1 = *w.ranks[1]->session;
       ShmDataPath& p1 = *w.ranks[1]->path;
       s1.begin("all_reduce");
-      s1.handshake(fingerprint_of(CollectiveKind::kAllReduce, a.count, a.dtype, Algorithm::kRing, &a.op));
+      s1.handshake(fingerprint_of(FingerprintKind::kAllReduce, a.count, a.dtype, Algorithm::kRing, &a.op));
       for (int m = 0; m < 2; ++m) {
         std::memset(p1.send_buffer(0), 0, p1.link_bytes());
         p1.send_commit(0);
@@ -198,7 +198,7 @@ TEST(two_level_failure_midway_restores_the_input) {
     Session& s1 = *w.ranks[1]->session;
     ShmDataPath& p1 = *w.ranks[1]->path;
     const Fingerprint fp =
-        fingerprint_of(CollectiveKind::kAllReduce, a.count, a.dtype, Algorithm::kTwoLevel, &a.op, 2);
+        fingerprint_of(FingerprintKind::kAllReduce, a.count, a.dtype, Algorithm::kTwoLevel, &a.op, 2);
     s1.begin("all_reduce");
     for (int h = 0; h < 3; ++h) {
       std::memcpy(p1.next_slot(), data[1].data(), 64 * sizeof(float));

@@ -193,7 +193,7 @@ TEST(a_peer_that_stalls_after_the_reads_is_timed_out_and_the_input_restored) {
     s1.begin("all_reduce");
     static_cast<uint64_t*>(p1.next_slot())[0] = reinterpret_cast<uint64_t>(a.data);
     static_cast<uint64_t*>(p1.next_slot())[1] = a.count * 4;
-    s1.handshake(fingerprint_of(CollectiveKind::kAllReduce, a.count, a.dtype, Algorithm::kSingleCopy, &a.op, 2));
+    s1.handshake(fingerprint_of(FingerprintKind::kAllReduce, a.count, a.dtype, Algorithm::kSingleCopy, &a.op, 2));
   });
   CHECK(errors[0].rfind("timeout: ", 0) == 0);
   CHECK(errors[0].find("Timed out") != std::string::npos);
@@ -214,8 +214,8 @@ TEST(an_announcement_that_does_not_fit_the_fingerprint_aborts_the_group) {
     s1.begin("broadcast");
     static_cast<uint64_t*>(p1.next_slot())[0] = reinterpret_cast<uint64_t>(a.data);
     static_cast<uint64_t*>(p1.next_slot())[1] = 1 << 20;  // more than it holds
-    s1.handshake(fingerprint_of(CollectiveKind::kBroadcast, a.count, a.dtype, Algorithm::kSingleCopy, nullptr, 0, 1));
-    s1.handshake(fingerprint_of(CollectiveKind::kBroadcast, a.count, a.dtype, Algorithm::kSingleCopy, nullptr, 0, 1));
+    s1.handshake(fingerprint_of(FingerprintKind::kBroadcast, a.count, a.dtype, Algorithm::kSingleCopy, nullptr, 0, 1));
+    s1.handshake(fingerprint_of(FingerprintKind::kBroadcast, a.count, a.dtype, Algorithm::kSingleCopy, nullptr, 0, 1));
   });
   CHECK(errors[0].find("rank 1 announced 1048576 bytes") != std::string::npos);
   CHECK(errors[1].find("aborted by rank 0") != std::string::npos);

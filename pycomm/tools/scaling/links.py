@@ -54,7 +54,7 @@ INTERCONNECTS: dict = {
 # CPU ranks, as pycomm runs them: shared memory inside a host, gloo's TCP between hosts.
 # Each figure is what pycomm.tools.scaling.calibrate (the fit `pycomm predict --calibrate`
 # runs) gives for the all-reduce rows committed in bench/results, measured on the 2-core CI
-# host on 2026-12-05 (the between-hosts one on 2026-12-02); tests/test_scaling.py fits them
+# host on 2026-12-05 (the between-hosts one on 2026-12-02); tests/test_scaling_calibration.py fits them
 # again from those files. The rows are 2 ranks on 2 cores, so a host with a core per rank
 # and less load does better.
 CPU_RESULTS = "bench/results/collectives_2ranks.json"
