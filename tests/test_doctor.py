@@ -9,6 +9,8 @@ import torch
 import pycomm
 from pycomm.tools.cli import main
 
+pytestmark = pytest.mark.fast
+
 
 def run(capsys, *argv):
     code = main(list(argv))
