@@ -3,6 +3,7 @@
 #include <c10/util/Exception.h>
 
 #include "dtype_map.h"
+#include "torch_compat.h"
 
 namespace pycomm {
 
@@ -10,7 +11,7 @@ Reduction Reduction::of(const c10d::ReduceOp& op) {
   Reduction r;
   r.native = to_core_op(op, &r.op, &r.premul);
   if (r.premul) {
-    auto* s = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
+    auto* s = dynamic_cast<PreMulSumSupplement*>(op.supplement_.get());
     TORCH_CHECK_VALUE(s != nullptr, "op: premul_sum without its factor");
     r.factor = s->tensor_factor.defined() ? s->tensor_factor.item<double>() : s->double_factor;
   }
