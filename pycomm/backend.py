@@ -104,7 +104,7 @@ def ProcessGroup(store, rank: int, world_size: int, timeout=None):
     default); its set_timeout changes it for the calls that begin after it.
     A store (prefix) used before gives a fresh group. What pycomm does not
     run goes to a gloo backend over the same store, as on a "pycomm" group.
-    Its supports_reconfigure is False: it does not implement c10d's
+    Its supports_reconfigure (torch 2.14 on) is False: it does not implement c10d's
     reconfigure(); a new membership is a new ProcessGroup."""
     timeout_s = timeout_seconds(timeout)
     backend, _ = create_backend(store, rank, world_size, timeout_s, "pycomm.ProcessGroup",
