@@ -14,14 +14,15 @@ else the column says why), and symmetric memory only with
 TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1 (set here); every peer is probed once on
 every rank, and where one cannot run, its column says why.
 
---peers picks the kinds of peer (pycomm, nccl, symm); they run in that order, each set up
+--peers picks the kinds of peer (floor, pycomm, nccl, symm); they run in that order, each set up
 only when its turn comes, so that pycomm's columns are measured before a probe of another
 kind can hang (symmetric memory's waits have no bound of ours) or trap (which poisons the
 CUDA context for whatever follows in the process). bench/gpu_check.sh runs symm in a
 process of its own.
 
-Each size is checked once per peer on the harness's integer-valued pattern (float32 sum),
-then timed: the median of --iters single calls, each timed with CUDA events. Rank 0 prints
+The floor is a device-to-device copy of the same bytes on each rank (no all-reduce
+moves less), timed as the peers are and not checked. Each size is checked once per
+peer on the harness's integer-valued pattern (float32 sum), then timed: the median of --iters single calls, each timed with CUDA events. Rank 0 prints
 each size's rows as they come, and --json rewrites {"meta": {"world", "gpus", "nccl", ...},
 "rows": [...]} (pycomm.tools.results_schema) after each, so a run cut short keeps them.
 """
@@ -50,16 +51,23 @@ def sizes(args):
     return sweep(args.minbytes, args.maxbytes, args.stepfactor, step=4)
 
 
-# The kinds of peer, in the order they run: pycomm's own columns first.
-PEERS = ("pycomm", "nccl", "symm")
+# The kinds of peer, in the order they run: the copy floor, then pycomm's own columns.
+PEERS = ("floor", "pycomm", "nccl", "symm")
 # Each kind's columns, as a dry run's plan names them.
-PLAN_PEERS = dict(pycomm=", ".join(f"pycomm {a}" for a in pycomm_peers.CUDA_ALGORITHMS),
-                  nccl="nccl", symm="symm one/two_shot")
+PLAN_PEERS = dict(floor="copy floor", nccl="nccl", symm="symm one/two_shot",
+                  pycomm=", ".join(f"pycomm {a}" for a in pycomm_peers.CUDA_ALGORITHMS))
+FLOOR = "copy floor"
 
 
 def candidates(world, kind):
     """The peers of one kind: name -> (prepare, why not). prepare(t) returns a call that
     all-reduces t's values and returns the tensor holding the result."""
+    if kind == "floor":
+        def prepare(t):
+            out = world.torch.empty_like(t)
+            return lambda: out.copy_(t)
+
+        return {FLOOR: (prepare, None)}
     if kind == "pycomm":
         return pycomm_peers.cuda_candidates()
     if kind == "nccl":
@@ -67,8 +75,8 @@ def candidates(world, kind):
     return symm_mem.cuda_candidates(world)
 
 
-def measure(world, args, prepare, count):
-    """(wrong, [seconds per call]) of one peer at one size."""
+def measure(world, args, prepare, count, check=True):
+    """(wrong, [seconds per call]) of one peer at one size (wrong: None unchecked)."""
     torch, n = world.torch, world.size
     t = torch.empty(count, device=world.device)
     fill(t, lambda idx: ALL_REDUCE.input_values(world.rank, idx, n, "sum"))
@@ -76,7 +84,7 @@ def measure(world, args, prepare, count):
     got = call()  # checked once: later calls reduce what is there again
     torch.cuda.synchronize()
     wrong = count_wrong(got, lambda idx: ALL_REDUCE.expected(world.rank, idx, n, count, "sum",
-                                                             torch))
+                                                             torch)) if check else None
     for _ in range(args.warmup):
         call()
     torch.cuda.synchronize()
@@ -88,7 +96,7 @@ def run(args):
     torch = world.torch
     rows = []
     meta = dict(world=world.size, gpus=torch.cuda.device_count(),
-                nccl=nccl.version_text(nccl.nccl_version()), peers=",".join(args.peers))
+                nccl=nccl.which_text(), peers=",".join(args.peers))
     table = make_table(world.size)
     if world.rank == 0:
         print_header(table, world.size, args)
@@ -102,7 +110,7 @@ def run(args):
                 if prepare is None:
                     continue
                 try:
-                    wrong, times = measure(world, args, prepare, count)
+                    wrong, times = measure(world, args, prepare, count, check=kind != "floor")
                     row.update(us=statistics.median(times) * 1e6, us_min=min(times) * 1e6,
                                us_max=max(times) * 1e6, wrong=wrong)
                 except Exception as e:  # noqa: BLE001 - one failing column does not end the sweep
@@ -182,7 +190,7 @@ def plan(args):
                 sizes=f"{len(all_sizes)} from {all_sizes[0]} to {all_sizes[-1]} B",
                 peers=", ".join(PLAN_PEERS[k] for k in args.peers),
                 calls=f"{1 + args.warmup + args.iters} per size and peer",
-                nccl=f"{nccl.version_text(nccl.nccl_version())} here (ranks sharing a GPU need "
+                nccl=f"{nccl.which_text()} here (ranks sharing a GPU need "
                      f"{nccl.version_text(nccl.SHARED_GPU_NCCL)}+)")
 
 
@@ -191,6 +199,7 @@ def main(argv=None):
     # Symmetric memory refuses ranks that share a GPU unless told otherwise; NCCL's
     # variable is set by harness.peers.nccl where its version allows it.
     os.environ.setdefault(symm_mem.ALLOW_SHARED_GPU_ENV, "1")
+    nccl.use_carried()  # the ranks load bench/gpu/build_nccl.sh's NCCL, where it was built
     launch(run, args, args.nproc, backend="cpu:gloo,cuda:gloo")
 
 

@@ -69,7 +69,9 @@ def run(args):
                   image_size=args.image_size, batch_size=args.batch_size, steps=args.steps,
                   rounds=args.rounds, warmup=args.warmup, sync_bn=args.sync_bn,
                   bucket_cap_mb=args.bucket_cap_mb, threads=world.torch.get_num_threads(),
-                  cores=usable_cores())
+                  cores=usable_cores(),
+                  # The NCCL this rank ran (version and file), where the stock backend is NCCL.
+                  nccl=nccl.which_text() if world.backend == "nccl" else None)
     data = synthetic_data(world, args)
     records = []
     t1 = args.baseline_step_s
@@ -223,6 +225,8 @@ def main(argv=None):
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("ddp_resnet50.py: --device cuda: no CUDA device is available")
     ranks = int(os.environ["WORLD_SIZE"]) if under_torchrun() else max(args.nproc)
+    if args.device == "cuda":
+        nccl.use_carried()  # the ranks load bench/gpu/build_nccl.sh's NCCL, where it was built
     args.stock_backend, args.stock_reason = stock_backend(args, ranks)
     if under_torchrun():
         records = launch(run, args, ranks, args.stock_backend)

@@ -1,5 +1,6 @@
 import glob
 import os
+import uuid
 
 import pytest
 
@@ -13,6 +14,7 @@ FAST_TEST_S = 15.0
 
 
 def pytest_configure(config):
+    _config[:] = [config]
     for name, what in layers.LAYERS.items():
         config.addinivalue_line("markers", f"{name}: layer: {what}")
 
@@ -54,7 +56,15 @@ def fast_tests_start_no_ranks(request, monkeypatch):
         layers.refuse_rank_processes(monkeypatch, request.node.nodeid)
 
 
+_config = []  # pytest's config, once configured
+
+
 def pytest_runtest_logreport(report):
+    terminal = _config and _config[0].pluginmanager.get_plugin("terminalreporter")
+    if report.failed and os.environ.get("PYCOMM_TEST_FAILURES_AT_ONCE") and terminal:
+        # bench/gpu_check.sh: a step cut at its limit keeps why a test failed.
+        terminal.write_line(f"\n{report.nodeid} FAILED ({report.when}):\n{report.longreprtext}")
+        terminal.flush()
     if report.when == "call" and report.duration > FAST_TEST_S \
             and _layer_of.get(report.nodeid) == "fast":
         _slow_fast_tests.append((report.nodeid, report.duration))
@@ -73,11 +83,62 @@ def pycomm_segments():
     return sorted(glob.glob(os.path.join(shm_dir, "pycomm-*")))
 
 
+# Every process this run starts inherits the mark, and keeps it when it outlives its parent:
+# the check for leftover servers below tells this run's from another run's on the same host.
+# (setdefault: a test module that imports conftest again, or a pytest this run starts, keeps it.)
+RUN_MARK = "PYCOMM_TEST_RUN"
+os.environ.setdefault(RUN_MARK, f"{os.getpid()}-{uuid.uuid4().hex}")
+
+
 def pycomm_sockets():
-    """The abstract Unix sockets of pycomm's segment servers in this network namespace."""
+    """The abstract Unix sockets of pycomm's segment servers in this network namespace:
+    {path: inode}."""
     with open("/proc/net/unix") as f:
-        paths = (line.split()[-1] for line in f if len(line.split()) == 8)
-        return sorted(p for p in paths if p.startswith("@pycomm-"))
+        rows = [line.split() for line in f]
+    return {r[7]: r[6] for r in rows if len(r) == 8 and r[7].startswith("@pycomm-")}
+
+
+def held_links(fd_dir):
+    """What each descriptor listed in fd_dir (/proc/PID/fd) points at; one closed meanwhile
+    (the listing's own, in this process) is left out."""
+    try:
+        fds = os.listdir(fd_dir)
+    except OSError:
+        return  # the process is gone
+    for fd in fds:
+        try:
+            yield os.readlink(f"{fd_dir}/{fd}")
+        except OSError:
+            pass
+
+
+def _held_by_this_run(inodes):
+    """The inodes among these held by this process or by one that carries this run's mark
+    (/proc/PID/environ is a process's environment as it started: this process's own
+    predates the mark; its children's have it)."""
+    wanted = {f"socket:[{i}]": i for i in inodes}
+    mark = f"{RUN_MARK}={os.environ[RUN_MARK]}".encode()
+    ours = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        held = set(held_links(f"/proc/{pid}/fd"))
+        if not held & wanted.keys():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                marked = mark in f.read().split(b"\0")
+        except OSError:
+            continue  # gone meanwhile
+        if marked or int(pid) == os.getpid():
+            ours.update(wanted[link] for link in held & wanted.keys())
+    return ours
+
+
+def servers_left_by_this_run(before):
+    """The segment servers that appeared since `before` and are held by a process of this
+    run; another run's on the same host (a second pytest, CI's native tests) are not."""
+    new = {path: inode for path, inode in pycomm_sockets().items() if path not in before}
+    ours = _held_by_this_run(new.values())
+    return sorted(path for path, inode in new.items() if inode in ours)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -87,7 +148,7 @@ def no_segments_left_behind():
     yield
     left = sorted(set(pycomm_segments()) - before)
     assert not left, f"shared-memory segments left behind: {left}"
-    listening = sorted(set(pycomm_sockets()) - sockets_before)
+    listening = servers_left_by_this_run(sockets_before)
     assert not listening, f"segment servers left behind: {listening}"
 
 

@@ -38,7 +38,7 @@ ORDER = ("preflight", "build", "torch_facts", "import", "native_build", "native_
          "mps_procs_3", "mps_procs_4", "mps_symm_2", "ddp_resnet50", "mps_stop", "ddp_grads",
          "ipc_grid_3", "cpu_teams", "cpu_numa", "cpu_collectives_4", "cpu_collectives_8",
          "cpu_collectives_16", "summary")
-LATER = ("mps_procs_3", "ddp_resnet50", "ipc_grid_3", "cpu_teams", "cpu_numa", "cpu_collectives_4",
+LATER = ("cpu_threads", "mps_procs_3", "ipc_grid_3", "cpu_teams", "cpu_numa", "cpu_collectives_4",
          "cpu_collectives_8", "cpu_collectives_16")
 BESIDE = ("torch_facts", "native_build")
 GPU_STEPS = ("threads_tiny", "threads_2", "threads_4", "threads_8", "memcheck", "initcheck",
@@ -171,6 +171,12 @@ def test_the_preflight_writes_the_facts_that_need_no_torch(runs):
     assert {"python", "python_headers_present", "cpus", "tools", "packages"} <= set(machine)
     assert "torch" not in machine and "unfinished" not in machine
     assert results["torch_facts"]["torch"]  # torch's, beside the build, in a file of its own
+    # Which NCCL loads, and from which file (the carried one on the GPU machine).
+    assert re.fullmatch(r"\d+\.\d+\.\d+ \(/\S+libnccl\.so\S*\)|none",
+                        results["torch_facts"]["nccl"]), results["torch_facts"]["nccl"]
+    # What a call carries, against its limit, before anything else.
+    assert re.search(r"^carried: the tree [\d.]+ MiB .* of the 64 MiB a call takes$",
+                     (runs["out"] / "log.txt").read_text(), re.M)
     # Whether a GPU answers is nvidia-smi's word, read by the script from the log.
     assert re.search(r"^nvidia-smi -L: rc \d+ after \d+ s$", (runs["out"] / "log.txt").read_text(),
                      re.M)

@@ -17,7 +17,7 @@ import textwrap
 
 import pytest
 
-from conftest import pycomm_segments, pycomm_sockets
+from conftest import pycomm_segments, pycomm_sockets, servers_left_by_this_run
 from support.process_world import ProcessWorld, validating_on_gloo
 
 from pycomm.tools.doctor import mapped_segment_bytes
@@ -161,7 +161,7 @@ def test_nothing_is_left_on_any_socket_after_a_group_closes():
     c.unlink_name()
     c.close()
     del c
-    assert set(pycomm_sockets()) <= before
+    assert not servers_left_by_this_run(before)
 
 
 _POD_RANK = textwrap.dedent("""

@@ -23,6 +23,7 @@ pytest.importorskip("parameterized", reason="torchft's integration tests need pa
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
+from conftest import held_links, pycomm_sockets  # noqa: E402
 from support.process_world import resource_counts, thread_names  # noqa: E402
 
 from pycomm.torchft import ProcessGroupPycomm  # noqa: E402
@@ -36,15 +37,8 @@ EXAMPLE = os.path.join(ROOT, "examples", "torchft_train.py")
 def own_pycomm_sockets():
     """The segment servers' sockets this process holds (/proc/net/unix lists every
     process's: other runs' too)."""
-    mine = set()
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            mine.add(os.readlink(f"/proc/self/fd/{fd}"))
-        except OSError:
-            pass  # closed meanwhile
-    with open("/proc/net/unix") as f:
-        rows = [line.split() for line in f]
-    return {r[7] for r in rows if len(r) == 8 and r[7].startswith("@pycomm-") and f"socket:[{r[6]}]" in mine}
+    mine = set(held_links("/proc/self/fd"))
+    return {path for path, inode in pycomm_sockets().items() if f"socket:[{inode}]" in mine}
 
 
 @pytest.fixture(autouse=True)

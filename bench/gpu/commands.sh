@@ -4,10 +4,13 @@
 
 # machine_facts JSON: what needs neither torch nor the GPU, written first, then
 # whether the driver answers: `nvidia-smi -L` within 20 s (a fresh machine's first call
-# starts the driver), its GPU lines deciding which steps run, then the GPU's fields.
+# starts the driver), its GPU lines deciding which steps run, then the GPU's fields. It
+# fails (after all that) where the tree and the NCCL it carries are more than a call takes:
+# in CI's dry run, before a call is refused for it.
 machine_facts() {
-  local json=${1:?machine_facts JSON} start rc
+  local json=${1:?machine_facts JSON} start rc carried=0
   [ $# = 1 ] || { echo "machine_facts: unknown arguments: ${*:2}"; return 2; }
+  python3 -m bench.gpu.carry || carried=$?
   python3 -m bench.gpu.facts host --json "$json" || return
   echo "\$ timeout 20 nvidia-smi -L"
   start=$SECONDS
@@ -16,7 +19,7 @@ machine_facts() {
   echo "nvidia-smi -L: rc $rc after $((SECONDS - start)) s"  # gpu_check.sh reads this line
   # The fields' query fits in this step's limit only after a prompt answer.
   [ "$rc" = 0 ] && [ $((SECONDS - start)) -lt 15 ] && python3 -m bench.gpu.facts smi --json "$json"
-  return 0
+  return "$carried"
 }
 
 # The native build: CMake (ctest's tests and the threads bench) where cmake exists, else the

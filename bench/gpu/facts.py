@@ -21,6 +21,7 @@ import importlib.util
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -112,6 +113,11 @@ def host(facts):
     nvcc = _run(["nvcc", "--version"])
     release = [line for line in (nvcc or "").splitlines() if "release" in line]
     facts.set(nvcc=release[-1].split(",", 1)[-1].strip() if release else None)
+    # The compiler the build will use (torch's extension builder takes $CXX, else c++): the
+    # first GPU run's build used /opt/gcc's, and an argument check that threw crashed there.
+    cxx = shutil.which(os.environ.get("CXX", "c++"))
+    version = _run([cxx, "--version"]) if cxx else None
+    facts.set(cxx=f"{cxx}: {version.splitlines()[0]}" if version else None)
     facts.done()
 
 
@@ -134,7 +140,9 @@ def torch_facts(facts):
         facts.set(torch=f"not importable: {type(e).__name__}: {e}")
         facts.done()
         return
-    facts.set(torch=torch.__version__, torch_cuda=torch.version.cuda)
+    built_with = re.search(r"GCC (\S+)", torch.__config__.show())
+    facts.set(torch=torch.__version__, torch_cuda=torch.version.cuda,
+              torch_gcc=built_with.group(1) if built_with else None)
     facts.waiting_for("CUDA devices (torch.cuda.get_device_properties)")
     try:
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -146,9 +154,9 @@ def torch_facts(facts):
         facts.set(gpus=[], cuda_error=f"{type(e).__name__}: {e}")
     facts.waiting_for("NCCL's version (loads NCCL)")
     try:
-        from harness.peers.nccl import nccl_version, prepare_nccl, version_text
+        from ..harness.peers.nccl import prepare_nccl, which_text
 
-        facts.set(nccl=version_text(nccl_version()))
+        facts.set(nccl=which_text())
         facts.set(nccl_two_ranks_one_gpu=prepare_nccl(2, 1) or "allowed")
     except Exception as e:  # noqa: BLE001
         facts.set(nccl=f"unknown: {type(e).__name__}: {e}")
@@ -159,7 +167,7 @@ def host_lines(f):
     headers = "" if f.get("python_headers_present", True) else (
         f"; NO Python.h at {f.get('python_headers')}: no build")
     yield f"python {f['python']}, {f['cpus']} CPUs, {f.get('memory_gib', '?')} GiB{headers}"
-    yield f"nvcc: {f.get('nvcc') or 'not found'}"
+    yield f"nvcc: {f.get('nvcc') or 'not found'}; c++: {f.get('cxx') or 'not found'}"
     for kind, table in (("tools", TOOLS), ("packages", PACKAGES)):
         have = [k for k, v in f[kind].items() if v]
         yield f"{kind} present: {', '.join(have) or 'none'}"
@@ -180,8 +188,9 @@ def torch_lines(f):
         yield f"GPU (torch): {g['name']}, sm_{g['capability'].replace('.', '')}, {g['sms']} SMs"
     if f.get("cuda_error"):
         yield f"CUDA did not start: {f['cuda_error']}"
-    yield (f"torch {f.get('torch')}, CUDA {f.get('torch_cuda')}, NCCL {f.get('nccl')} "
-           f"(two ranks on one GPU: {f.get('nccl_two_ranks_one_gpu')})")
+    yield (f"torch {f.get('torch')} (built with GCC {f.get('torch_gcc')}), CUDA "
+           f"{f.get('torch_cuda')}, NCCL {f.get('nccl')} (two ranks on one GPU: "
+           f"{f.get('nccl_two_ranks_one_gpu')})")
 
 
 def pycomm_facts():
@@ -205,6 +214,13 @@ def main(argv=None) -> int:
         if args.json:
             Facts(args.json).set(**facts)
         return 0 if facts["cuda_built"] else 1
+    if args.what in ("torch", "machine"):
+        from ..harness.peers.nccl import use_carried
+
+        preload = os.environ.get("LD_PRELOAD")
+        if use_carried() and os.environ.get("LD_PRELOAD") != preload:
+            # torch's facts as the benches' ranks will have them: with the carried NCCL.
+            os.execv(sys.executable, [sys.executable, "-m", "bench.gpu.facts", *sys.argv[1:]])
     facts = Facts(args.json)
     parts = dict(host=(host, host_lines), smi=(smi, smi_lines), torch=(torch_facts, torch_lines))
     for name in parts if args.what == "machine" else (args.what,):

@@ -20,6 +20,7 @@ import re
 import sys
 
 from ..harness.sizes import human  # standard library only: no torch
+from . import targets
 
 
 def _load_results_schema():
@@ -127,8 +128,9 @@ def machine_lines(m, t=None):
     g = gpus[0]
     lines = [f"machine: {g.get('name', 'no GPU')}, driver {g.get('driver_version', '-')}, compute "
              f"mode {g.get('compute_mode', '-')}, MIG {g.get('mig.mode.current', '-')}; torch "
-             f"{t.get('torch', '-')}, CUDA {t.get('torch_cuda', '-')}, NCCL {t.get('nccl', '-')}; "
-             f"nvcc {m.get('nvcc') or 'missing'}; python {m.get('python')}"
+             f"{t.get('torch', '-')} (GCC {t.get('torch_gcc', '-')}), CUDA {t.get('torch_cuda', '-')}, "
+             f"NCCL {t.get('nccl', '-')}; nvcc {m.get('nvcc') or 'missing'}; c++ "
+             f"{m.get('cxx') or 'missing'}; python {m.get('python')}"
              + ("" if m.get("python_headers_present", True)
                 else f" WITHOUT its headers ({m.get('python_headers')})"),
              "missing: " + (", ".join([k for k, v in m.get("tools", {}).items() if not v]
@@ -191,7 +193,7 @@ def pytest_lines(name, facts):
 def procs_lines(name, data):
     doc = schema.document(data)
     rows, meta = doc["rows"], doc["meta"]
-    wrong = sum(r.get("wrong", 0) for r in rows)
+    wrong = sum(r.get("wrong") or 0 for r in rows)  # the copy floor's is None: not checked
     not_run = {}
     for r in rows:
         if "us" not in r:
@@ -231,7 +233,9 @@ def ddp_lines(name, data):
         parts.append(f"{r['mode']} {r['step_time_s'] * 1e3:.1f} ms/step"
                      + (f" ({', '.join(ratios)})" if ratios else ""))
     backend = records[0].get("backend", "?") if records else "?"
-    return [f"{name} (stock backend {backend}): " + "; ".join(parts)]
+    nccl = next((r["nccl"] for r in records if r.get("nccl")), None)
+    return [f"{name} (stock backend {backend}{f', NCCL {nccl}' if nccl else ''}): "
+            + "; ".join(parts)]
 
 
 def cpu_lines(name, data):
@@ -288,6 +292,10 @@ def number_lines(results):
                 lines.append(f"{name}: {facts['ctest']}")
         except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
             lines.append(f"{name}: result not readable ({type(e).__name__}: {e})")
+    try:
+        lines += targets.lines(results)
+    except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
+        lines.append(f"targets: results not readable ({type(e).__name__}: {e})")
     return lines
 
 

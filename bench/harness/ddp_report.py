@@ -157,6 +157,8 @@ def report(records, args):
               f"not a multi-GPU step (no NVLink traffic, no overlap across GPUs)")
     if args.stock_reason:
         print(f"# stock backend {args.stock_backend}, not NCCL: {args.stock_reason}")
+    elif first.get("nccl"):
+        print(f"# stock backend NCCL {first['nccl']}")
     if base:
         print(f"# 1-rank baseline (rank 0 alone, no DDP): T1 = {base['step_time_s'] * 1e3:.1f} ms "
               f"per step, {base['images_per_s']:.1f} images/s")
@@ -213,5 +215,6 @@ def report(records, args):
                 print(f"{'':<14} with the no-comm step as compute ({q['step_compute_s'] * 1e3:.1f} "
                       f"ms): predicted {q['predicted_step_s'] * 1e3:.1f} ms, full overlap "
                       f"{q['full_overlap_step_s'] * 1e3:.1f} ms, error {q['relative_error']:+.1%}")
-    write_json(args.json, records)
+    write_json(args.json, records, meta=dict(stock_backend=args.stock_backend,
+                                             stock_reason=args.stock_reason))
     sys.stdout.flush()

@@ -3,17 +3,25 @@ follows), and its all-reduce as a column of the CUDA bench.
 
 NCCL before 2.30 refuses two ranks on one GPU ("Duplicate GPU detected"); 2.30 and later
 allow it when NCCL_MULTI_RANK_GPU_ENABLE=1 is set. The GPU machine's torch 2.11 carries
-NCCL 2.28.9, so there its NCCL rows are skipped with this reason and DDP's stock all-reduce
-runs over gloo instead.
+NCCL 2.28.9, so bench/gpu/build_nccl.sh builds a 2.30 small enough to carry there
+(CARRIED). Where it is, use_carried has the rank processes a bench starts load it ahead of
+torch's own (LD_PRELOAD: the dynamic linker then takes it for torch's libnccl.so.2, whose
+name it bears). Without it, the NCCL rows there are skipped with this reason and DDP's
+stock all-reduce runs over gloo instead. Every record names the NCCL that ran: its version
+and the file it was loaded from (which_text).
 """
 from __future__ import annotations
 
 import os
 from typing import Optional, Tuple
 
+from .. import REPO_ROOT
+
 # The first NCCL that runs several ranks on one GPU, and the variable that asks it to.
 SHARED_GPU_NCCL = (2, 30)
 SHARED_GPU_ENV = "NCCL_MULTI_RANK_GPU_ENABLE"
+# Where bench/gpu/build_nccl.sh leaves its NCCL, relative to the checkout.
+CARRIED = "bench/out/nccl/libnccl.so.2"
 
 
 def nccl_version() -> Optional[Tuple[int, ...]]:
@@ -29,6 +37,52 @@ def nccl_version() -> Optional[Tuple[int, ...]]:
 
 def version_text(v: Optional[Tuple[int, ...]]) -> str:
     return ".".join(map(str, v)) if v else "none"
+
+
+def use_carried() -> Optional[str]:
+    """Has the processes this one starts from now on (the ranks: spawned, or torchrun's)
+    load the NCCL of bench/gpu/build_nccl.sh ahead of torch's own, and run several ranks on
+    one GPU; returns its path, or None where it was not built or carried (torch's own
+    NCCL runs). This process keeps the NCCL it has."""
+    path = os.path.join(REPO_ROOT, CARRIED)
+    if not os.path.exists(path):
+        return None
+    preload = os.environ.get("LD_PRELOAD", "").replace(":", " ").split()
+    if path not in preload:
+        os.environ["LD_PRELOAD"] = " ".join([path] + preload)
+    os.environ.setdefault(SHARED_GPU_ENV, "1")
+    return path
+
+
+def loaded_library() -> Optional[str]:
+    """The file of the NCCL that torch calls (torch's own, or one preloaded ahead of it),
+    None where torch has no CUDA library. Two copies may be mapped (torch's own is loaded
+    by path as well), so this asks which one libtorch_cuda's ncclGetVersion resolves to."""
+    import ctypes
+
+    import torch
+
+    class DlInfo(ctypes.Structure):
+        _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
+                    ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
+
+    lib = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cuda.so")
+    try:
+        handle = ctypes.CDLL(lib, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+        dladdr = ctypes.CDLL(None).dladdr
+        dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(DlInfo)]
+        info = DlInfo()
+        if not dladdr(ctypes.cast(handle.ncclGetVersion, ctypes.c_void_p), ctypes.byref(info)):
+            return None
+    except (OSError, AttributeError):
+        return None  # a CPU build of torch, or one that links no NCCL
+    return os.path.realpath(info.dli_fname.decode()) if info.dli_fname else None
+
+
+def which_text() -> str:
+    """The NCCL that runs here, as records name it: "2.30.7 (/path/libnccl.so.2)"."""
+    v = nccl_version()  # loads torch's NCCL (or the preloaded one) if nothing has yet
+    return f"{version_text(v)} ({loaded_library() or 'no library mapped'})" if v else "none"
 
 
 def prepare_nccl(ranks: int, gpus: int) -> Optional[str]:
