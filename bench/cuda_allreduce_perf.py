@@ -14,17 +14,20 @@ else the column says why), and symmetric memory only with
 TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1 (set here); every peer is probed once on
 every rank, and where one cannot run, its column says why.
 
---peers picks the kinds of peer (floor, pycomm, nccl, symm); they run in that order, each set up
-only when its turn comes, so that pycomm's columns are measured before a probe of another
-kind can hang (symmetric memory's waits have no bound of ours) or trap (which poisons the
-CUDA context for whatever follows in the process). bench/gpu_check.sh runs symm in a
-process of its own.
+--peers picks the kinds of peer (floor, pycomm, nccl, symm); they run in that order, each
+set up only when its first turn comes, so that pycomm's columns are measured before a probe
+of another kind can hang (symmetric memory's waits have no bound of ours) or trap (which
+poisons the CUDA context for whatever follows in the process). bench/gpu_check.sh runs
+symm in a process of its own.
 
 The floor is a device-to-device copy of the same bytes on each rank (no all-reduce
-moves less), timed as the peers are and not checked. Each size is checked once per
-peer on the harness's integer-valued pattern (float32 sum), then timed: the median of --iters single calls, each timed with CUDA events. Rank 0 prints
-each size's rows as they come, and --json rewrites {"meta": {"world", "gpus", "nccl", ...},
-"rows": [...]} (pycomm.tools.results_schema) after each, so a run cut short keeps them.
+moves less), timed as the peers are and not checked. Each size is checked once per peer
+and round on the harness's integer-valued pattern (float32 sum), then timed: the median of
+--iters single calls, each timed with CUDA events. --rounds R sweeps every peer R times in
+turns (each set up at its first turn); a size's time is then the median of its rounds'
+medians, us_rounds their spread. Rank 0 prints the last round's rows as they come, and
+--json rewrites {"meta": {"world", "gpus", "nccl", ...}, "rows": [...]}
+(pycomm.tools.results_schema) after each size, so a run cut short keeps them.
 """
 from __future__ import annotations
 
@@ -94,33 +97,49 @@ def measure(world, args, prepare, count, check=True):
 def run(args):
     world = World("cuda")
     torch = world.torch
-    rows = []
-    meta = dict(world=world.size, gpus=torch.cuda.device_count(),
-                nccl=nccl.which_text(), peers=",".join(args.peers))
+    rows = {}  # (name, count) -> row, in the order first measured
+    meta = dict(world=world.size, gpus=torch.cuda.device_count(), nccl=nccl.which_text(),
+                peers=",".join(args.peers), rounds=args.rounds)
     table = make_table(world.size)
     if world.rank == 0:
         print_header(table, world.size, args)
-    for kind in args.peers:
-        peers = candidates(world, kind)
-        for nbytes in sizes(args):
-            count = max(nbytes // 4, 1)
-            for name, (prepare, why_not) in peers.items():
-                row = dict(name=name, bytes=count * 4, count=count, world=world.size, why=why_not)
-                rows.append(row)
-                if prepare is None:
-                    continue
-                try:
-                    wrong, times = measure(world, args, prepare, count, check=kind != "floor")
-                    row.update(us=statistics.median(times) * 1e6, us_min=min(times) * 1e6,
-                               us_max=max(times) * 1e6, wrong=wrong)
-                except Exception as e:  # noqa: BLE001 - one failing column does not end the sweep
-                    row["why"] = why(e, 100)
-            if world.rank == 0:
-                for row in rows[-len(peers):]:
-                    print(table.row(row, note=None if "us" in row else f"({row['why']})"))
-                sys.stdout.flush()
-                if args.json:
-                    schema.write(args.json, rows, meta)
+    kinds = {}
+    for turn in range(args.rounds):
+        for kind in args.peers:
+            if kind not in kinds:  # set up when its first turn comes
+                kinds[kind] = candidates(world, kind)
+            peers = kinds[kind]
+            for nbytes in sizes(args):
+                count = max(nbytes // 4, 1)
+                for name, (prepare, why_not) in peers.items():
+                    row = rows.setdefault((name, count), dict(
+                        name=name, bytes=count * 4, count=count, world=world.size, why=why_not))
+                    if prepare is None:
+                        continue
+                    try:
+                        wrong, times = measure(world, args, prepare, count, check=kind != "floor")
+                        add_round(row, wrong, times)
+                    except Exception as e:  # noqa: BLE001 - one failing column does not end the sweep
+                        row["why"] = why(e, 100)
+                if world.rank == 0:
+                    if turn == args.rounds - 1:
+                        for name in peers:
+                            row = rows[(name, count)]
+                            print(table.row(row, note=None if "us" in row else f"({row['why']})"))
+                        sys.stdout.flush()
+                    if args.json:
+                        schema.write(args.json, list(rows.values()), meta)
+
+
+def add_round(row, wrong, times):
+    """One round's sample into a row: its time is the median of the rounds' medians, with
+    each round's median (us_rounds: their spread) and the fastest and slowest single call."""
+    rounds = row.setdefault("us_rounds", [])
+    rounds.append(statistics.median(times) * 1e6)
+    row.update(us=statistics.median(rounds), us_min=min(row.get("us_min", 1e30), min(times) * 1e6),
+               us_max=max(row.get("us_max", 0.0), max(times) * 1e6))
+    if wrong is not None:
+        row["wrong"] = row.get("wrong", 0) + wrong
 
 
 def _algbw(r):
@@ -169,13 +188,16 @@ def parse_args(argv=None):
     p.add_argument("--nproc", type=int, default=2, help="rank processes (ignored under torchrun)")
     p.add_argument("--iters", type=int, default=20, help="timed calls per size and peer")
     p.add_argument("--warmup", type=int, default=3, help="untimed calls before them")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="sweeps of every peer in turns (a size's time: the median of its "
+                        "rounds' medians; default 1)")
     p.add_argument("--peers", type=_peer_kinds, default=list(PEERS), metavar="KINDS",
                    help=f"comma list of {', '.join(PEERS)} (run in that order; default: all)")
     p.add_argument("--json", metavar="PATH", help="write the rows here, after each size")
     args = p.parse_args(argv)
     check_size_options(p, args)
-    if args.nproc < 1 or args.iters < 1 or args.warmup < 0:
-        p.error("--nproc and --iters must be >= 1, --warmup >= 0")
+    if args.nproc < 1 or args.iters < 1 or args.rounds < 1 or args.warmup < 0:
+        p.error("--nproc, --iters and --rounds must be >= 1, --warmup >= 0")
     return args
 
 
@@ -189,7 +211,8 @@ def plan(args):
     return dict(ranks=args.nproc,
                 sizes=f"{len(all_sizes)} from {all_sizes[0]} to {all_sizes[-1]} B",
                 peers=", ".join(PLAN_PEERS[k] for k in args.peers),
-                calls=f"{1 + args.warmup + args.iters} per size and peer",
+                calls=f"{1 + args.warmup + args.iters} per size and peer in each of "
+                      f"{args.rounds} round(s), the peers in turns",
                 nccl=f"{nccl.which_text()} here (ranks sharing a GPU need "
                      f"{nccl.version_text(nccl.SHARED_GPU_NCCL)}+)")
 

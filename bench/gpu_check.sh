@@ -69,6 +69,7 @@ preflight          26
 build             140
 torch_facts        45 beside
 import             15
+nccl_build        240 later
 native_build      140 beside
 native_tests       15
 cpu_threads        12 later
@@ -219,6 +220,9 @@ else
 fi
 collect torch_facts ""
 any import python3 -m bench.gpu.facts pycomm --json "$raw/pycomm.json"
+# (1b) A rerun's fallback, where the carried NCCL does not load on this machine (the
+# preflight's facts say why): NCCL built here, from the source the call carried beside it.
+host nccl_build bench/gpu/build_nccl.sh --src bench/out/nccl/nccl-src.tar.gz
 
 # (2) The native protocol and kernel tests, once the native build is done.
 collect native_build "dry run"
@@ -302,7 +306,7 @@ runnable ipc_tests "needs pycomm with CUDA (import) and pytest" ipc_ready &&
 
 # (6) Processes under MPS, when it starts: values and times of 2 (and later 3) and 4 ranks
 # beside a device copy of the same bytes (the floor) and NCCL (skipped with its reason
-# before 2.30), then PyTorch's symmetric memory in a process of its own: its waits have no
+# before 2.30), three rounds in turns, then PyTorch's symmetric memory in a process of its own: its waits have no
 # bound of ours, and a trap there would poison the CUDA context that pycomm's columns are
 # timed in.
 have_mps_control() { command -v nvidia-cuda-mps-control >/dev/null; }
@@ -317,7 +321,7 @@ mps=
 for n in 2 3 4; do
   runnable "mps_procs_$n" "MPS did not start (mps_start)" test -n "$mps" &&
     gpu "mps_procs_$n" python3 bench/cuda_allreduce_perf.py --nproc "$n" -b 8 -e 256M -f 32 \
-      --iters 10 --warmup 3 --peers floor,pycomm,nccl --json "$raw/mps_procs_$n.json"
+      --iters 10 --warmup 3 --rounds 3 --peers floor,pycomm,nccl --json "$raw/mps_procs_$n.json"
 done
 runnable mps_symm_2 "MPS did not start (mps_start)" test -n "$mps" &&
   gpu mps_symm_2 python3 bench/cuda_allreduce_perf.py --nproc 2 -b 8 -e 256M -f 32 \

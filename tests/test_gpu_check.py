@@ -32,13 +32,13 @@ MAX_FILES, MAX_DEPTH = 8, 2
 # Every step, in the order a run takes them (those marked "later" only when --steps names
 # them): no torch before the preflight's facts, the cheapest and most telling first, and
 # last the 3-process IPC grid, which may not finish without MPS.
-ORDER = ("preflight", "build", "torch_facts", "import", "native_build", "native_tests",
+ORDER = ("preflight", "build", "torch_facts", "import", "nccl_build", "native_build", "native_tests",
          "cpu_threads", "threads_tiny", "threads_2", "threads_4", "threads_8", "memcheck",
          "initcheck", "synccheck", "ipc_smoke", "ipc_tests", "mps_start", "mps_procs_2",
          "mps_procs_3", "mps_procs_4", "mps_symm_2", "ddp_resnet50", "mps_stop", "ddp_grads",
          "ipc_grid_3", "cpu_teams", "cpu_numa", "cpu_collectives_4", "cpu_collectives_8",
          "cpu_collectives_16", "summary")
-LATER = ("cpu_threads", "mps_procs_3", "ipc_grid_3", "cpu_teams", "cpu_numa", "cpu_collectives_4",
+LATER = ("nccl_build", "cpu_threads", "mps_procs_3", "ipc_grid_3", "cpu_teams", "cpu_numa", "cpu_collectives_4",
          "cpu_collectives_8", "cpu_collectives_16")
 BESIDE = ("torch_facts", "native_build")
 GPU_STEPS = ("threads_tiny", "threads_2", "threads_4", "threads_8", "memcheck", "initcheck",

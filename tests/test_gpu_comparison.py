@@ -141,3 +141,15 @@ def test_the_ranks_run_the_carried_nccl_and_records_say_which(tmp_path, monkeypa
     assert done.stdout.strip().endswith(f" ({carried})"), done.stdout
     # This process keeps the NCCL it had.
     assert nccl.loaded_library() == own
+
+
+def test_a_sizes_time_is_the_median_of_its_rounds():
+    """bench/cuda_allreduce_perf.py --rounds: every peer swept in turns, each size's time
+    the median of the rounds' medians, the rounds kept for their spread."""
+    import cuda_allreduce_perf as bench
+
+    row = {}
+    bench.add_round(row, 0, [1e-6, 2e-6, 3e-6])
+    bench.add_round(row, None, [4e-6, 5e-6, 6e-6])  # the copy floor's: not checked
+    bench.add_round(row, 1, [2e-6, 2e-6, 9e-6])
+    assert row == dict(us_rounds=[2.0, 5.0, 2.0], us=2.0, us_min=1.0, us_max=9.0, wrong=1)

@@ -6,13 +6,19 @@
 # torch 2.11 carries NCCL 2.28.9, which refuses two ranks on one GPU; the package index's NCCL
 # 2.30 wheel is 206 MB. bench/harness/peers/nccl.py loads this library ahead of torch's own.
 #
-#   bench/gpu/build_nccl.sh --src DIR    DIR: a checkout of NVIDIA/nccl at v2.30.x or later
-#   bench/gpu/build_nccl.sh              clones tag $NCCL_TAG (v2.30.7-1) from GitHub first
+#   bench/gpu/build_nccl.sh --src DIR       a checkout of NVIDIA/nccl at v2.30.x or later
+#   bench/gpu/build_nccl.sh --src TAR.GZ    the source an earlier build packed (below)
+#   bench/gpu/build_nccl.sh                 clones tag $NCCL_TAG (v2.30.7-1) from GitHub first
+#   bench/gpu/build_nccl.sh --dry-run ...   checks the source and the toolkit, builds nothing
 #
-# Output: bench/out/nccl/libnccl.so.2 (ignored by git; a GPU call names bench/out/nccl in its
-# carry) and its record, bench/results/nccl_build.json (version, functions, architecture,
-# size, build time), which bench/gpu/carry.py counts where the library is not built. Objects
-# stay in build/nccl, so a second run with the same functions relinks only.
+# Output in bench/out/nccl (ignored by git; a GPU call names the folder in its carry):
+# libnccl.so.2, and nccl-src.tar.gz, the source it was built from (about 1 MiB): should the
+# library not load on the GPU machine (a binary built here may need newer system libraries
+# than that image has; the preflight says), `bench/gpu_check.sh --steps nccl_build,...`
+# builds it there from that. The build's record goes to bench/results/nccl_build.json
+# (version, functions, architecture, size, build time), which bench/gpu/carry.py counts
+# where the library is not built. Objects stay in build/nccl, so a second run with the same
+# functions relinks only.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -31,19 +37,37 @@ FUNCS=${NCCL_FUNCS:-"AllReduce Sum (f32|bf16|f16|f64|i64) (RING|TREE) *|AllReduc
 # --dry-run checks the sum against the carry limit).
 MAX_MIB=${NCCL_MAX_MIB:-40}
 
-src=
+src= dry=
 while [ $# -gt 0 ]; do
   case $1 in
-    --src) src=${2:?--src needs a directory}; shift ;;
-    *) echo "usage: bench/gpu/build_nccl.sh [--src NCCL_CHECKOUT]" >&2; exit 2 ;;
+    --src) src=${2:?--src needs a directory or a .tar.gz}; shift ;;
+    --dry-run) dry=1 ;;
+    *) echo "usage: bench/gpu/build_nccl.sh [--dry-run] [--src NCCL_CHECKOUT|NCCL_SRC.tar.gz]" >&2
+       exit 2 ;;
   esac
   shift
 done
 
 work=$PWD/build/nccl
 out=$PWD/bench/out/nccl
+cuda_home=${CUDA_HOME:-/usr/local/cuda}  # the real one: `nvcc` on PATH may be a wrapper
+if [ -n "$dry" ]; then
+  if [ -z "$src" ]; then echo "would clone NVIDIA/nccl $NCCL_TAG into $work/src"
+  elif ! [ -e "$src" ]; then echo "no $src here (a GPU call carries it): nothing to check"; exit 0
+  elif [ -d "$src" ] && ! [ -f "$src/makefiles/version.mk" ]; then echo "$src is no NCCL checkout"; exit 2
+  fi
+  [ -x "$cuda_home/bin/nvcc" ] || { echo "no nvcc in $cuda_home/bin (set CUDA_HOME)"; exit 2; }
+  echo "would build ${src:-the clone} for sm_$ARCH with $cuda_home/bin/nvcc, functions: $FUNCS"
+  exit 0
+fi
 mkdir -p "$work" "$out"
-if [ -z "$src" ]; then
+if [[ $src == *.tar.gz ]]; then
+  [ -f "$src" ] || { echo "build_nccl.sh: no $src" >&2; exit 2; }
+  rm -rf "$work/unpacked"
+  mkdir -p "$work/unpacked"
+  tar -xzf "$src" -C "$work/unpacked"
+  src=$work/unpacked
+elif [ -z "$src" ]; then
   src=$work/src
   if ! [ -f "$src/makefiles/version.mk" ]; then
     rm -rf "$src"
@@ -61,7 +85,6 @@ if [ "$(field NCCL_MAJOR)" -lt 2 ] || { [ "$(field NCCL_MAJOR)" = 2 ] && [ "$(fi
   exit 2
 fi
 
-cuda_home=${CUDA_HOME:-/usr/local/cuda}  # the real one: `nvcc` on PATH may be a wrapper
 [ -x "$cuda_home/bin/nvcc" ] || { echo "build_nccl.sh: no nvcc in $cuda_home/bin (set CUDA_HOME)" >&2; exit 2; }
 # The functions are part of the device objects' identity (NCCL's make regenerates their
 # sources only when its generator changes): other functions rebuild the device code.
@@ -88,6 +111,10 @@ lib=$(ls "$work"/lib/libnccl.so.*.*.* | head -1)
 # Host symbols' debug sections out (NCCL builds with -g); the device code (.nv_fatbin) stays.
 strip --strip-debug -o "$out/libnccl.so.2" "$lib"
 bytes=$(stat -c %s "$out/libnccl.so.2")
+# What a build needs of the source, for a build on the GPU machine should the library not
+# load there (its license with it).
+tar -czf "$out/nccl-src.tar.gz.tmp" -C "$src" Makefile makefiles src LICENSE.txt &&
+  mv "$out/nccl-src.tar.gz.tmp" "$out/nccl-src.tar.gz"
 python3 - bench/results/nccl_build.json "$version" "$ARCH" "$FUNCS" "$bytes" "$seconds" "$(nproc)" \
   "$from_scratch" <<'EOF'
 import datetime, json, sys

@@ -117,8 +117,28 @@ def host(facts):
     # first GPU run's build used /opt/gcc's, and an argument check that threw crashed there.
     cxx = shutil.which(os.environ.get("CXX", "c++"))
     version = _run([cxx, "--version"]) if cxx else None
-    facts.set(cxx=f"{cxx}: {version.splitlines()[0]}" if version else None)
+    facts.set(cxx=f"{cxx}: {version.splitlines()[0]}" if version else None,
+              libc=" ".join(platform.libc_ver()), nccl_carried=carried_nccl_loads())
     facts.done()
+
+
+def carried_nccl_loads():
+    """Whether the NCCL a call carried (bench/gpu/build_nccl.sh) loads on this machine: built
+    elsewhere, it may need newer system libraries than this one has (then the nccl_build
+    step builds it here)."""
+    import ctypes
+
+    from ..harness import REPO_ROOT
+    from ..harness.peers.nccl import CARRIED
+
+    path = os.path.join(REPO_ROOT, CARRIED)
+    if not os.path.exists(path):
+        return "not carried"
+    try:
+        ctypes.CDLL(path)
+    except OSError as e:
+        return f"does NOT load: {e} (bench/gpu_check.sh --steps nccl_build,... builds it here)"
+    return "loads"
 
 
 def smi(facts, timeout=SMI_TIMEOUT_S):
@@ -167,7 +187,8 @@ def host_lines(f):
     headers = "" if f.get("python_headers_present", True) else (
         f"; NO Python.h at {f.get('python_headers')}: no build")
     yield f"python {f['python']}, {f['cpus']} CPUs, {f.get('memory_gib', '?')} GiB{headers}"
-    yield f"nvcc: {f.get('nvcc') or 'not found'}; c++: {f.get('cxx') or 'not found'}"
+    yield f"nvcc: {f.get('nvcc') or 'not found'}; c++: {f.get('cxx') or 'not found'}; {f.get('libc')}"
+    yield f"carried NCCL (bench/out/nccl): {f.get('nccl_carried')}"
     for kind, table in (("tools", TOOLS), ("packages", PACKAGES)):
         have = [k for k, v in f[kind].items() if v]
         yield f"{kind} present: {', '.join(have) or 'none'}"

@@ -164,6 +164,7 @@ dry_form() {
       while [[ $1 == --* ]]; do shift 2; done  # its options, each with a value
       dry_form "$@" ;;
     "$native"/*) native_flags_known "$@" ;;
+    bench/gpu/*.sh) "$1" --dry-run "${@:2}" ;;
     ctest) echo "would run: $*"; command -v ctest >/dev/null || echo "(no ctest here)" ;;
     *)
       if declare -F "$1" >/dev/null; then "$1" --dry-run "${@:2}"

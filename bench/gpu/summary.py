@@ -130,7 +130,8 @@ def machine_lines(m, t=None):
              f"mode {g.get('compute_mode', '-')}, MIG {g.get('mig.mode.current', '-')}; torch "
              f"{t.get('torch', '-')} (GCC {t.get('torch_gcc', '-')}), CUDA {t.get('torch_cuda', '-')}, "
              f"NCCL {t.get('nccl', '-')}; nvcc {m.get('nvcc') or 'missing'}; c++ "
-             f"{m.get('cxx') or 'missing'}; python {m.get('python')}"
+             f"{m.get('cxx') or 'missing'}, {m.get('libc', '-')}; python {m.get('python')}; carried "
+             f"NCCL {m.get('nccl_carried', '-')}"
              + ("" if m.get("python_headers_present", True)
                 else f" WITHOUT its headers ({m.get('python_headers')})"),
              "missing: " + (", ".join([k for k, v in m.get("tools", {}).items() if not v]
