@@ -78,7 +78,8 @@ def test_a_dry_runs_plans_are_judged_nothing():
 def _carry(tmp_path, recorded_bytes):
     (tmp_path / "bench" / "results").mkdir(parents=True)
     (tmp_path / "bench" / "results" / "nccl_build.json").write_text(json.dumps(
-        dict(version="2.30.7", bytes=recorded_bytes, date="2026-12-06")))
+        dict(version="2.30.7", bytes=recorded_bytes - MIB, carried_bytes=recorded_bytes,
+             date="2026-12-06")))
     (tmp_path / "a_file").write_bytes(b"x" * 1000)
     env = dict(os.environ, PYTHONPATH=str(REPO))
     return subprocess.run([sys.executable, "-m", "bench.gpu.carry"], cwd=tmp_path, env=env,

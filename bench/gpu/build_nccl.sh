@@ -110,17 +110,19 @@ seconds=$((SECONDS - start))
 lib=$(ls "$work"/lib/libnccl.so.*.*.* | head -1)
 # Host symbols' debug sections out (NCCL builds with -g); the device code (.nv_fatbin) stays.
 strip --strip-debug -o "$out/libnccl.so.2" "$lib"
-bytes=$(stat -c %s "$out/libnccl.so.2")
 # What a build needs of the source, for a build on the GPU machine should the library not
 # load there (its license with it).
 tar -czf "$out/nccl-src.tar.gz.tmp" -C "$src" Makefile makefiles src LICENSE.txt &&
   mv "$out/nccl-src.tar.gz.tmp" "$out/nccl-src.tar.gz"
-python3 - bench/results/nccl_build.json "$version" "$ARCH" "$FUNCS" "$bytes" "$seconds" "$(nproc)" \
-  "$from_scratch" <<'EOF'
+bytes=$(stat -c %s "$out/libnccl.so.2")
+carried=$(du -sb "$out" | cut -f1)  # what a call that names the folder carries
+python3 - bench/results/nccl_build.json "$version" "$ARCH" "$FUNCS" "$bytes" "$carried" \
+  "$seconds" "$(nproc)" "$from_scratch" <<'EOF'
 import datetime, json, sys
-path, version, arch, funcs, size, seconds, cores, scratch = sys.argv[1:]
+path, version, arch, funcs, size, carried, seconds, cores, scratch = sys.argv[1:]
 json.dump(dict(version=version, arch=f"sm_{arch}", functions=funcs, bytes=int(size),
-               build_seconds=int(seconds), from_scratch=scratch == "true", cores=int(cores),
+               carried_bytes=int(carried), build_seconds=int(seconds),
+               from_scratch=scratch == "true", cores=int(cores),
                date=datetime.date.today().isoformat()), open(path, "w"), indent=1)
 EOF
 mib=$(( (bytes + 1048575) / 1048576 ))

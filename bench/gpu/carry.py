@@ -5,8 +5,9 @@ that its dry run in CI fails when the tree grows past what a call takes.
 
     python3 -m bench.gpu.carry     # from the checkout's root; exit 1 when over
 
-The NCCL counted is bench/out/nccl/libnccl.so.2 where it was built, else the size its
-build recorded in bench/results/nccl_build.json (CI builds none). Standard library only.
+The NCCL counted is the folder bench/out/nccl (the library and its source) where it was
+built, else the size its build recorded in bench/results/nccl_build.json (CI builds none).
+Standard library only.
 """
 from __future__ import annotations
 
@@ -48,15 +49,16 @@ def tree_bytes(root="."):
 
 
 def nccl_bytes(root="."):
-    """(bytes, where from) of the NCCL a GPU call carries."""
-    built = os.path.join(root, CARRIED_NCCL)
-    if os.path.exists(built):
-        return _size(built), CARRIED_NCCL
+    """(bytes, where from) of the NCCL a GPU call carries: the folder of its library."""
+    folder = os.path.dirname(os.path.join(root, CARRIED_NCCL))
+    if os.path.exists(os.path.join(root, CARRIED_NCCL)):
+        return sum(_size(os.path.join(folder, f)) for f in os.listdir(folder)), \
+            os.path.dirname(CARRIED_NCCL)
     try:
         with open(os.path.join(root, RECORDED_NCCL)) as f:
             record = json.load(f)
-        return int(record["bytes"]), f"{RECORDED_NCCL} (NCCL {record['version']}, built " \
-                                     f"{record['date']}; not built here)"
+        return int(record["carried_bytes"]), f"{RECORDED_NCCL} (NCCL {record['version']}, " \
+                                             f"built {record['date']}; not built here)"
     except (OSError, ValueError, KeyError, TypeError):
         return 0, "no NCCL built or recorded (bench/gpu/build_nccl.sh)"
 
