@@ -109,9 +109,10 @@ for name in ${only//,/ }; do limit_of "$name" >/dev/null; done
 # Seconds of each step's limit kept for its bookkeeping (the table after it).
 BOOKKEEPING=4
 # cut_of NAME: the seconds step NAME's command gets. A dry run's forms still import torch,
-# on CI's 2 busy cores rather than the GPU machine's 16: they get twice the time, so that a
-# slow host is not taken for a wrong command (the limits stay the GPU machine's).
-cut_of() { echo $(( ($(limit_of "$1") - BOOKKEEPING) * (${dry:-0} + 1) )); }
+# on CI's 2 busy cores rather than the GPU machine's 16, two dry runs at once in its test:
+# they get three times the time, so that a slow host is not taken for a wrong command (one
+# 14 s step's form was cut at 28 s on a loaded host; the limits stay the GPU machine's).
+cut_of() { echo $(( ($(limit_of "$1") - BOOKKEEPING) * (${dry:-0} * 2 + 1) )); }
 
 # chosen NAME: whether a real run with these arguments runs step NAME. preflight and
 # summary always run; mps_stop runs wherever mps_start does (the daemon must not outlive
