@@ -69,7 +69,7 @@ preflight          26
 build             140
 torch_facts        45 beside
 import             15
-nccl_build        240 later
+nccl_build        150 later
 native_build      140 beside
 native_tests       15
 cpu_threads        12 later
