@@ -2,7 +2,9 @@
 lines under its table): between 2 processes under MPS on one GPU, pycomm's CUDA all-reduce
 beside NCCL and beside PyTorch's symmetric memory, and ResNet-50's ring_hook step beside
 DDP over NCCL. Each line says met or missed with the worst ratio and where, or why the
-target could not be judged. Times are the benches' medians, taken in turns. The documents
+target could not be judged. Times are the benches' medians, taken in turns. pycomm's time is
+its default route's ("pycomm auto", what a user's call takes), not the best of the
+algorithms named by hand. The documents
 come read and checked by summary.py (pycomm.tools.results_schema's shape)."""
 from __future__ import annotations
 
@@ -42,7 +44,7 @@ def _verdict(text, worst, limit):
 
 def all_reduce_lines(procs, symm=None):
     """procs: mps_procs_2's document (pycomm and nccl columns); symm: mps_symm_2's."""
-    ours = _times(procs, "pycomm")
+    ours = _times(procs, "pycomm auto")
     nccl = _times(procs, "nccl")
     lines = []
     if not nccl:
