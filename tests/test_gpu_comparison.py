@@ -76,8 +76,8 @@ def test_a_dry_runs_plans_are_judged_nothing():
 
 
 def _carry(tmp_path, recorded_bytes):
-    (tmp_path / "bench" / "results").mkdir(parents=True)
-    (tmp_path / "bench" / "results" / "nccl_build.json").write_text(json.dumps(
+    (tmp_path / "bench" / "results" / "nccl").mkdir(parents=True)
+    (tmp_path / "bench" / "results" / "nccl" / "build.json").write_text(json.dumps(
         dict(version="2.30.7", bytes=recorded_bytes - MIB, carried_bytes=recorded_bytes,
              date="2026-12-06")))
     (tmp_path / "a_file").write_bytes(b"x" * 1000)
@@ -89,7 +89,7 @@ def _carry(tmp_path, recorded_bytes):
 def test_the_carried_tree_and_nccl_are_checked_against_a_calls_limit(tmp_path):
     done = _carry(tmp_path / "fits", 30 * MIB)
     assert done.returncode == 0, done.stderr
-    assert "NCCL 30.0 MiB (bench/results/nccl_build.json (NCCL 2.30.7" in done.stdout, done.stdout
+    assert "NCCL 30.0 MiB (bench/results/nccl/build.json (NCCL 2.30.7" in done.stdout, done.stdout
     over = _carry(tmp_path / "over", 64 * MIB)
     assert over.returncode == 1 and "OVER" in over.stderr, (over.stdout, over.stderr)
 

@@ -15,7 +15,7 @@
 # libnccl.so.2, and nccl-src.tar.gz, the source it was built from (about 1 MiB): should the
 # library not load on the GPU machine (a binary built here may need newer system libraries
 # than that image has; the preflight says), `bench/gpu_check.sh --steps nccl_build,...`
-# builds it there from that. The build's record goes to bench/results/nccl_build.json
+# builds it there from that. The build's record goes to bench/results/nccl/build.json
 # (version, functions, architecture, size, build time), which bench/gpu/carry.py counts
 # where the library is not built. Objects stay in build/nccl, so a second run with the same
 # functions relinks only.
@@ -116,7 +116,8 @@ tar -czf "$out/nccl-src.tar.gz.tmp" -C "$src" Makefile makefiles src LICENSE.txt
   mv "$out/nccl-src.tar.gz.tmp" "$out/nccl-src.tar.gz"
 bytes=$(stat -c %s "$out/libnccl.so.2")
 carried=$(du -sb "$out" | cut -f1)  # what a call that names the folder carries
-python3 - bench/results/nccl_build.json "$version" "$ARCH" "$FUNCS" "$bytes" "$carried" \
+mkdir -p bench/results/nccl
+python3 - bench/results/nccl/build.json "$version" "$ARCH" "$FUNCS" "$bytes" "$carried" \
   "$seconds" "$(nproc)" "$from_scratch" <<'EOF'
 import datetime, json, sys
 path, version, arch, funcs, size, carried, seconds, cores, scratch = sys.argv[1:]

@@ -6,8 +6,8 @@ that its dry run in CI fails when the tree grows past what a call takes.
     python3 -m bench.gpu.carry     # from the checkout's root; exit 1 when over
 
 The NCCL counted is the folder bench/out/nccl (the library and its source) where it was
-built, else the size its build recorded in bench/results/nccl_build.json (CI builds none).
-Standard library only.
+built, else the size its build recorded in bench/results/nccl/build.json (CI builds
+none). Standard library only.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import sys
 from ..harness.peers.nccl import CARRIED as CARRIED_NCCL  # imports no torch
 
 LIMIT_MIB = 64
-RECORDED_NCCL = "bench/results/nccl_build.json"
+RECORDED_NCCL = "bench/results/nccl/build.json"
 # Where a tree without git keeps what does not travel (.gitignore's build outputs).
 NOT_CARRIED = (".git", "build", "dist", "bench/out")
 
