@@ -128,10 +128,9 @@ def carried_nccl_loads():
     step builds it here)."""
     import ctypes
 
-    from ..harness import REPO_ROOT
-    from ..harness.peers.nccl import CARRIED
+    from ..harness.peers.nccl import carried_path
 
-    path = os.path.join(REPO_ROOT, CARRIED)
+    path = carried_path()
     if not os.path.exists(path):
         return "not carried"
     try:

@@ -39,12 +39,17 @@ def version_text(v: Optional[Tuple[int, ...]]) -> str:
     return ".".join(map(str, v)) if v else "none"
 
 
+def carried_path() -> str:
+    """Where this checkout keeps the NCCL of bench/gpu/build_nccl.sh (it may not be there)."""
+    return os.path.join(REPO_ROOT, CARRIED)
+
+
 def use_carried() -> Optional[str]:
     """Has the processes this one starts from now on (the ranks: spawned, or torchrun's)
     load the NCCL of bench/gpu/build_nccl.sh ahead of torch's own, and run several ranks on
     one GPU; returns its path, or None where it was not built or carried (torch's own
     NCCL runs). This process keeps the NCCL it has."""
-    path = os.path.join(REPO_ROOT, CARRIED)
+    path = carried_path()
     if not os.path.exists(path):
         return None
     preload = os.environ.get("LD_PRELOAD", "").replace(":", " ").split()
